@@ -1,0 +1,451 @@
+"""`decide`: one proposal in, one outcome out. Pure: no I/O, no clock, deterministic.
+
+Checks run in this order and the first failure wins (DESIGN.md, Decisions):
+schema_invalid (event payloads), unknown_machine, unknown_run, run_exists, duplicate,
+unknown_event, unauthorized, revision_conflict, terminal_state, invalid_transition,
+reason_required, guard_failed, retries_exhausted, duplicate_step.
+
+`duplicate` is checked as soon as the run is known rather than last: a client that
+resends a committed proposal must get the original answer, not a fresh verdict
+computed against a newer state (which would usually be `revision_conflict`).
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from processor.engine.lint import CREATE_EVENT
+from processor.engine.machine import Edge, Machine
+from processor.engine.steps import STEP_PAYLOADS, apply_step
+from schemas.base import describe_errors
+from schemas.codes import RejectionCode as Code
+from schemas.machine import GuardKind
+from schemas.messages import (
+    CreatePayload,
+    Deadlines,
+    FactPayload,
+    Principal,
+    Proposal,
+    RecentProposal,
+    Rejection,
+    RunSnapshot,
+    StepRecord,
+    Transition,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """The proposal becomes fact: the run's next snapshot and the transition to publish."""
+
+    snapshot: RunSnapshot
+    transition: Transition
+
+
+Decision = Commit | Rejection
+
+
+def transition_id(run_id: str, revision: int) -> str:
+    return f"{run_id}:{revision}"
+
+
+def decide(
+    machines: Mapping[str, Machine],
+    snapshot: RunSnapshot | None,
+    proposal: Proposal,
+    principal: Principal,
+    now_ms: int,
+) -> Decision:
+    """Decide `proposal` against the run's current `snapshot` (None: the run does not exist).
+
+    `machines` is the catalog runs refer to by name; `principal` comes from a verified
+    credential; `now_ms` is the proposal record's broker timestamp.
+    """
+    if proposal.event == CREATE_EVENT:
+        return _decide_create(machines, snapshot, proposal, principal, now_ms)
+    if snapshot is None:
+        return _reject(
+            Code.UNKNOWN_RUN,
+            f"run '{proposal.run_id}' does not exist; send a 'create' proposal first",
+            proposal,
+            principal,
+            None,
+            now_ms,
+        )
+    machine = machines.get(snapshot.machine)
+    if machine is None:
+        return _reject(
+            Code.UNKNOWN_MACHINE,
+            f"run uses machine '{snapshot.machine}', which this worker does not have loaded",
+            proposal,
+            principal,
+            snapshot,
+            now_ms,
+        )
+    original = _original_revision(snapshot, proposal.proposal_id)
+    if original is not None:
+        return _reject_duplicate(proposal, principal, snapshot, original, now_ms)
+
+    event = proposal.event
+    step_payload = STEP_PAYLOADS.get(event)
+    spec = machine.events.get(event)
+    payload_model: type[BaseModel] | None
+    sources: list[str]
+    if step_payload is not None:
+        authorities, sources, payload_model = machine.step_authorities, [], step_payload
+    elif spec is not None:
+        authorities, sources = frozenset(spec.authorities), spec.sources
+        payload_model = FactPayload if spec.records_fact else None
+    else:
+        return _reject(
+            Code.UNKNOWN_EVENT,
+            f"machine '{machine.name}' has no event '{event}'; "
+            f"known: {', '.join(sorted(machine.events))}",
+            proposal,
+            principal,
+            snapshot,
+            now_ms,
+        )
+
+    payload: Any = None
+    if payload_model is not None:
+        try:
+            payload = payload_model.model_validate(proposal.payload)
+        except ValidationError as exc:
+            return _reject(
+                Code.SCHEMA_INVALID,
+                f"payload of '{event}': {describe_errors(exc)}",
+                proposal,
+                principal,
+                snapshot,
+                now_ms,
+            )
+
+    if principal.authority not in authorities or (
+        sources and not any(fnmatchcase(principal.source, p) for p in sources)
+    ):
+        return _reject(
+            Code.UNAUTHORIZED,
+            f"{principal.authority} ({principal.source}) may not send '{event}'; "
+            f"allowed authorities: {', '.join(sorted(authorities))}"
+            + (f"; sources: {', '.join(sources)}" if sources else ""),
+            proposal,
+            principal,
+            snapshot,
+            now_ms,
+        )
+    if proposal.expected_revision is not None and proposal.expected_revision != snapshot.revision:
+        return _reject(
+            Code.REVISION_CONFLICT,
+            f"expected revision {proposal.expected_revision} but the run is at "
+            f"{snapshot.revision}; read the run again and re-decide",
+            proposal,
+            principal,
+            snapshot,
+            now_ms,
+        )
+    if snapshot.state in machine.terminal:
+        return _reject(
+            Code.TERMINAL_STATE,
+            f"run is in terminal state '{snapshot.state}' and never changes",
+            proposal,
+            principal,
+            snapshot,
+            now_ms,
+        )
+
+    if step_payload is not None:
+        if snapshot.state not in machine.step_states:
+            return _reject(
+                Code.INVALID_TRANSITION,
+                f"steps are recorded only in {', '.join(sorted(machine.step_states))}; "
+                f"run is '{snapshot.state}'",
+                proposal,
+                principal,
+                snapshot,
+                now_ms,
+            )
+        outcome = apply_step(snapshot, event, payload)
+        if not isinstance(outcome, StepRecord):
+            code, detail, result = outcome
+            return _reject(code, detail, proposal, principal, snapshot, now_ms, step_result=result)
+        steps = {**snapshot.steps, payload.step: outcome}
+        return _commit(machine, snapshot, proposal, principal, now_ms, snapshot.state, steps=steps)
+
+    edge = machine.edges.get((snapshot.state, event))
+    if edge is None:
+        return _reject(
+            Code.INVALID_TRANSITION,
+            f"no transition from '{snapshot.state}' on '{event}'",
+            proposal,
+            principal,
+            snapshot,
+            now_ms,
+        )
+    if edge.reasons and proposal.reason not in edge.reasons:
+        given = "no reason" if proposal.reason is None else f"reason '{proposal.reason}'"
+        return _reject(
+            Code.REASON_REQUIRED,
+            f"'{event}' from '{edge.source}' needs a reason, one of: "
+            f"{', '.join(sorted(edge.reasons))}; got {given}",
+            proposal,
+            principal,
+            snapshot,
+            now_ms,
+        )
+    failed_guard = _failed_guard(edge, snapshot)
+    if failed_guard is not None:
+        return _reject(Code.GUARD_FAILED, failed_guard, proposal, principal, snapshot, now_ms)
+
+    retry_count = snapshot.retry_count
+    retry = machine.spec.retry
+    if retry is not None and event == retry.event:
+        retry_count += 1
+        if retry_count > snapshot.max_retries:
+            then = f"; send '{retry.exhausted_event}'" if retry.exhausted_event else ""
+            return _reject(
+                Code.RETRIES_EXHAUSTED,
+                f"retry {retry_count} would exceed max_retries {snapshot.max_retries}{then}",
+                proposal,
+                principal,
+                snapshot,
+                now_ms,
+            )
+
+    facts = snapshot.facts
+    if isinstance(payload, FactPayload) and payload.fact not in facts:
+        facts = [*facts, payload.fact]
+    stop_reason = None
+    if edge.target in machine.terminal:
+        stop_reason = edge.stop_reason or proposal.reason or event
+    return _commit(
+        machine,
+        snapshot,
+        proposal,
+        principal,
+        now_ms,
+        edge.target,
+        retry_count=retry_count,
+        facts=facts,
+        stop_reason=stop_reason,
+    )
+
+
+def _decide_create(
+    machines: Mapping[str, Machine],
+    snapshot: RunSnapshot | None,
+    proposal: Proposal,
+    principal: Principal,
+    now_ms: int,
+) -> Decision:
+    try:
+        create = CreatePayload.model_validate(proposal.payload)
+    except ValidationError as exc:
+        return _reject(
+            Code.SCHEMA_INVALID,
+            f"payload of 'create': {describe_errors(exc)}",
+            proposal,
+            principal,
+            snapshot,
+            now_ms,
+        )
+    machine = machines.get(create.machine)
+    if machine is None:
+        return _reject(
+            Code.UNKNOWN_MACHINE,
+            f"no machine '{create.machine}'; loaded: {', '.join(sorted(machines))}",
+            proposal,
+            principal,
+            snapshot,
+            now_ms,
+        )
+    if snapshot is not None:
+        original = _original_revision(snapshot, proposal.proposal_id)
+        if original is not None:
+            return _reject_duplicate(proposal, principal, snapshot, original, now_ms)
+        return _reject(
+            Code.RUN_EXISTS,
+            f"run '{proposal.run_id}' already exists (machine '{snapshot.machine}', "
+            f"revision {snapshot.revision})",
+            proposal,
+            principal,
+            snapshot,
+            now_ms,
+        )
+    if principal.authority not in machine.create_authorities:
+        return _reject(
+            Code.UNAUTHORIZED,
+            f"{principal.authority} ({principal.source}) may not create '{machine.name}' runs; "
+            f"allowed: {', '.join(sorted(machine.create_authorities))}",
+            proposal,
+            principal,
+            None,
+            now_ms,
+        )
+
+    options = create.options
+    spec = machine.spec
+    default_retries = spec.retry.default_max_retries if spec.retry is not None else 0
+    criteria = options.success_criteria
+    new = RunSnapshot.model_construct(
+        schema_version=1,
+        run_id=proposal.run_id,
+        machine=machine.name,
+        state=spec.initial,
+        revision=0,
+        retry_count=0,
+        max_retries=default_retries if options.max_retries is None else options.max_retries,
+        success_criteria=spec.default_success_criteria if criteria is None else list(criteria),
+        deadlines=options.deadlines or Deadlines(),
+        facts=[],
+        steps={},
+        recent_proposals=[
+            RecentProposal.model_construct(proposal_id=proposal.proposal_id, revision=0)
+        ],
+        stop_reason=None,
+        last_reason=proposal.reason,
+        created_at_ms=now_ms,
+        updated_at_ms=now_ms,
+        entered_state_at_ms=now_ms,
+    )
+    return Commit(new, _transition(new, None, proposal, principal, now_ms))
+
+
+def _commit(
+    machine: Machine,
+    snapshot: RunSnapshot,
+    proposal: Proposal,
+    principal: Principal,
+    now_ms: int,
+    target: str,
+    *,
+    retry_count: int | None = None,
+    facts: list[str] | None = None,
+    steps: dict[str, StepRecord] | None = None,
+    stop_reason: str | None = None,
+) -> Commit:
+    revision = snapshot.revision + 1
+    recent = [
+        *snapshot.recent_proposals,
+        RecentProposal.model_construct(proposal_id=proposal.proposal_id, revision=revision),
+    ]
+    window = machine.spec.dedupe_window
+    if len(recent) > window:
+        recent = recent[-window:]
+    new = snapshot.model_copy(
+        update={
+            "state": target,
+            "revision": revision,
+            "retry_count": snapshot.retry_count if retry_count is None else retry_count,
+            "facts": snapshot.facts if facts is None else facts,
+            "steps": snapshot.steps if steps is None else steps,
+            "recent_proposals": recent,
+            "stop_reason": stop_reason,
+            "last_reason": proposal.reason,
+            "updated_at_ms": now_ms,
+            "entered_state_at_ms": (
+                snapshot.entered_state_at_ms if target == snapshot.state else now_ms
+            ),
+        }
+    )
+    return Commit(new, _transition(new, snapshot.state, proposal, principal, now_ms))
+
+
+def _transition(
+    new: RunSnapshot,
+    from_state: str | None,
+    proposal: Proposal,
+    principal: Principal,
+    now_ms: int,
+) -> Transition:
+    return Transition.model_construct(
+        schema_version=1,
+        transition_id=transition_id(new.run_id, new.revision),
+        run_id=new.run_id,
+        machine=new.machine,
+        revision=new.revision,
+        from_state=from_state,
+        to_state=new.state,
+        event=proposal.event,
+        proposal_id=proposal.proposal_id,
+        principal=principal,
+        reason=proposal.reason,
+        payload=proposal.payload,
+        metadata=proposal.metadata,
+        retry_count=new.retry_count,
+        at_ms=now_ms,
+    )
+
+
+def _failed_guard(edge: Edge, snapshot: RunSnapshot) -> str | None:
+    for guard in edge.guards:
+        if guard.kind is GuardKind.SUCCESS_CRITERIA:
+            missing = [c for c in snapshot.success_criteria if c not in snapshot.facts]
+            if missing:
+                return f"success criteria not met: missing {', '.join(missing)}"
+        elif guard.kind is GuardKind.FACTS_PRESENT:
+            missing = [f for f in guard.facts if f not in snapshot.facts]
+            if missing:
+                return f"required facts missing: {', '.join(missing)}"
+        elif snapshot.retry_count < snapshot.max_retries:  # RETRIES_EXHAUSTED
+            return (
+                f"retry budget not spent ({snapshot.retry_count} of {snapshot.max_retries} used); "
+                "retry instead"
+            )
+    return None
+
+
+def _original_revision(snapshot: RunSnapshot, proposal_id: str) -> int | None:
+    for recent in reversed(snapshot.recent_proposals):
+        if recent.proposal_id == proposal_id:
+            return recent.revision
+    return None
+
+
+def _reject_duplicate(
+    proposal: Proposal,
+    principal: Principal,
+    snapshot: RunSnapshot,
+    original: int,
+    now_ms: int,
+) -> Rejection:
+    original_id = transition_id(snapshot.run_id, original)
+    return _reject(
+        Code.DUPLICATE,
+        f"proposal '{proposal.proposal_id}' was already committed as {original_id}",
+        proposal,
+        principal,
+        snapshot,
+        now_ms,
+        original_transition_id=original_id,
+    )
+
+
+def _reject(
+    code: Code,
+    detail: str,
+    proposal: Proposal,
+    principal: Principal,
+    snapshot: RunSnapshot | None,
+    now_ms: int,
+    *,
+    original_transition_id: str | None = None,
+    step_result: Any = None,
+) -> Rejection:
+    return Rejection.model_construct(
+        schema_version=1,
+        code=code,
+        detail=detail,
+        run_id=proposal.run_id,
+        proposal_id=proposal.proposal_id,
+        event=proposal.event,
+        principal=principal,
+        state=None if snapshot is None else snapshot.state,
+        revision=None if snapshot is None else snapshot.revision,
+        original_transition_id=original_transition_id,
+        step_result=step_result,
+        at_ms=now_ms,
+    )

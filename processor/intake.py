@@ -1,0 +1,123 @@
+"""Before `decide`: turn a record's bytes and headers into a proposal and a principal.
+
+Pure functions over bytes (no Kafka): the runtime calls them per record; tests call
+them directly. Order (DESIGN.md): undecodable -> DLQ, schema_invalid, unauthenticated.
+"""
+
+import hashlib
+import hmac
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from schemas.base import describe_errors
+from schemas.codes import RejectionCode
+from schemas.messages import Principal, Proposal, Rejection
+
+#: Default limit on a proposal record's value (DESIGN: 64 KiB, configurable).
+DEFAULT_MAX_PROPOSAL_BYTES = 64 * 1024
+HEADER_KEY_ID = "runstate-key-id"
+HEADER_SIGNATURE = "runstate-signature"
+
+Headers = Sequence[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Undecodable:
+    """Not a proposal at all (not JSON, not an object): goes to the DLQ with `reason`."""
+
+    reason: str
+
+
+class KeyEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    secret: str = Field(min_length=16, description="Shared HMAC-SHA256 secret.")
+    source: str
+    authority: str
+
+
+class Keyring(BaseModel):
+    """key id -> secret and the principal it proves. Loaded from a file or the environment."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    keys: dict[str, KeyEntry]
+
+
+def sign(value: bytes, secret: str) -> str:
+    return hmac.new(secret.encode(), value, hashlib.sha256).hexdigest()
+
+
+def signed_headers(value: bytes, key_id: str, secret: str) -> list[tuple[str, bytes]]:
+    return [(HEADER_KEY_ID, key_id.encode()), (HEADER_SIGNATURE, sign(value, secret).encode())]
+
+
+def _header(headers: Headers, name: str) -> str | None:
+    if headers is None:
+        return None
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    for key, raw in items:
+        if key == name and raw is not None:
+            return raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+    return None
+
+
+def authenticate(value: bytes, headers: Headers, keyring: Keyring) -> Principal | str:
+    """The principal a valid signature proves, or why there is none."""
+    key_id = _header(headers, HEADER_KEY_ID)
+    signature = _header(headers, HEADER_SIGNATURE)
+    if key_id is None or signature is None:
+        return f"record is not signed (headers {HEADER_KEY_ID} and {HEADER_SIGNATURE})"
+    entry = keyring.keys.get(key_id)
+    if entry is None:
+        return f"unknown key id '{key_id}'"
+    if not hmac.compare_digest(sign(value, entry.secret), signature):
+        return f"bad signature for key id '{key_id}'"
+    return Principal(source=entry.source, authority=entry.authority)
+
+
+def decode_proposal(
+    value: bytes | None, now_ms: int, max_bytes: int = DEFAULT_MAX_PROPOSAL_BYTES
+) -> Proposal | Rejection | Undecodable:
+    """Parse and strictly validate a record value."""
+    if value is None:
+        return Undecodable("record has no value (tombstone)")
+    try:
+        data = json.loads(value)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return Undecodable(f"value is not UTF-8 JSON: {exc}")
+    if not isinstance(data, dict):
+        return Undecodable(f"value is JSON {type(data).__name__}, not an object")
+
+    def refuse(detail: str) -> Rejection:
+        run_id, proposal_id, event = (
+            v if isinstance(v, str) else None
+            for v in (data.get("run_id"), data.get("proposal_id"), data.get("event"))
+        )
+        return Rejection(
+            code=RejectionCode.SCHEMA_INVALID,
+            detail=detail,
+            run_id=run_id,
+            proposal_id=proposal_id,
+            event=event,
+            at_ms=now_ms,
+        )
+
+    if len(value) > max_bytes:
+        return refuse(f"proposal is {len(value)} bytes; the limit is {max_bytes}")
+    try:
+        return Proposal.model_validate_json(value)
+    except ValidationError as exc:
+        return refuse(describe_errors(exc))
+
+
+def reject_unauthenticated(proposal: Proposal, why: str, now_ms: int) -> Rejection:
+    return Rejection(
+        code=RejectionCode.UNAUTHENTICATED,
+        detail=f"{why}; sign proposals with a key from the worker's keyring",
+        run_id=proposal.run_id,
+        proposal_id=proposal.proposal_id,
+        event=proposal.event,
+        at_ms=now_ms,
+    )

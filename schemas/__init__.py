@@ -1,0 +1,48 @@
+"""Wire contracts of runstate (pydantic v2). JSON Schema copies live in `schemas/json/`."""
+
+from schemas.base import SCHEMA_VERSION
+from schemas.codes import RejectionCode
+from schemas.machine import EventSpec, Guard, GuardKind, MachineSpec, RetryPolicy, TransitionSpec
+from schemas.messages import (
+    CreatePayload,
+    Deadlines,
+    FactPayload,
+    Principal,
+    Proposal,
+    RecentProposal,
+    Rejection,
+    RunOptions,
+    RunSnapshot,
+    StepFailedPayload,
+    StepRecord,
+    StepStartedPayload,
+    StepStatus,
+    StepSucceededPayload,
+    Transition,
+)
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "CreatePayload",
+    "Deadlines",
+    "EventSpec",
+    "FactPayload",
+    "Guard",
+    "GuardKind",
+    "MachineSpec",
+    "Principal",
+    "Proposal",
+    "RecentProposal",
+    "Rejection",
+    "RejectionCode",
+    "RetryPolicy",
+    "RunOptions",
+    "RunSnapshot",
+    "StepFailedPayload",
+    "StepRecord",
+    "StepStartedPayload",
+    "StepStatus",
+    "StepSucceededPayload",
+    "Transition",
+    "TransitionSpec",
+]

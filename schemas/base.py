@@ -1,0 +1,52 @@
+"""Shared configuration of every wire model: strict, closed, versioned."""
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+#: The newest message version this code reads and writes.
+SCHEMA_VERSION = 1
+#: The oldest version still upcast on read.
+OLDEST_SCHEMA_VERSION = 1
+
+
+class WireModel(BaseModel):
+    """A message on a topic or a file: unknown fields and loose types are refused."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
+
+
+class VersionedMessage(WireModel):
+    """A top-level message. `schema_version` says which contract it was written under."""
+
+    schema_version: int = SCHEMA_VERSION
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check_version(cls, data: Any) -> Any:
+        # Newer messages are refused with both versions named; older ones would be
+        # upcast here (there is only version 1 so far).
+        if isinstance(data, dict):
+            version = data.get("schema_version", SCHEMA_VERSION)
+            if isinstance(version, int) and not isinstance(version, bool):
+                if version > SCHEMA_VERSION:
+                    raise ValueError(
+                        f"schema_version {version} is newer than this worker reads "
+                        f"({OLDEST_SCHEMA_VERSION}..{SCHEMA_VERSION}); upgrade the worker"
+                    )
+                if version < OLDEST_SCHEMA_VERSION:
+                    raise ValueError(
+                        f"schema_version {version} is older than the oldest supported "
+                        f"({OLDEST_SCHEMA_VERSION})"
+                    )
+        return data
+
+
+def describe_errors(exc: ValidationError, limit: int = 3) -> str:
+    """A short, readable summary of a validation failure: `field: message` for the first few."""
+    parts = []
+    for err in exc.errors(include_url=False)[:limit]:
+        where = ".".join(str(p) for p in err["loc"]) or "(message)"
+        parts.append(f"{where}: {err['msg']}")
+    more = exc.error_count() - limit
+    return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")

@@ -1,0 +1,23 @@
+"""The typed outcomes of a refused proposal, in the order the engine checks them."""
+
+from enum import StrEnum
+
+
+class RejectionCode(StrEnum):
+    """Why a proposal was refused. Values are the wire names; order is check order."""
+
+    SCHEMA_INVALID = "schema_invalid"
+    UNAUTHENTICATED = "unauthenticated"
+    UNKNOWN_MACHINE = "unknown_machine"
+    UNKNOWN_RUN = "unknown_run"
+    RUN_EXISTS = "run_exists"
+    DUPLICATE = "duplicate"
+    UNKNOWN_EVENT = "unknown_event"
+    UNAUTHORIZED = "unauthorized"
+    REVISION_CONFLICT = "revision_conflict"
+    TERMINAL_STATE = "terminal_state"
+    INVALID_TRANSITION = "invalid_transition"
+    REASON_REQUIRED = "reason_required"
+    GUARD_FAILED = "guard_failed"
+    RETRIES_EXHAUSTED = "retries_exhausted"
+    DUPLICATE_STEP = "duplicate_step"

@@ -1,0 +1,79 @@
+"""A machine as data: states, events, who may send them, and the transition table."""
+
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import Field
+
+from schemas.base import VersionedMessage, WireModel
+from schemas.messages import Name
+
+
+class GuardKind(StrEnum):
+    #: Every success criterion of the run is among its recorded facts (seed 002).
+    SUCCESS_CRITERIA = "success_criteria"
+    #: The listed facts are all recorded.
+    FACTS_PRESENT = "facts_present"
+    #: The retry budget is spent (seed 003: only then may `max_retries_exceeded` fail a run).
+    RETRIES_EXHAUSTED = "retries_exhausted"
+
+
+class Guard(WireModel):
+    kind: GuardKind
+    facts: list[str] = Field(default_factory=list)
+
+
+class EventSpec(WireModel):
+    """Who may send an event, and what it records."""
+
+    authorities: list[str] = Field(description="Authorities allowed to send it.")
+    sources: list[str] = Field(
+        default_factory=list,
+        description="If set, the principal's source must match one (fnmatch pattern).",
+    )
+    records_fact: bool = Field(
+        default=False, description="The payload's `fact` is added to the run's facts."
+    )
+    description: str = ""
+
+
+class TransitionSpec(WireModel):
+    source: Name = Field(alias="from")
+    event: Name
+    target: Name = Field(alias="to")
+    reasons: list[str] = Field(
+        default_factory=list, description="If set, a reason is required and must be one of these."
+    )
+    guards: list[Guard] = Field(default_factory=list)
+    stop_reason: str | None = Field(
+        default=None, description="Recorded when this edge ends the run; else the reason/event."
+    )
+
+
+class RetryPolicy(WireModel):
+    """Seed 003 §5: `retry` spends the budget; past it, only `exhausted_event` may follow."""
+
+    event: Name = "retry"
+    exhausted_event: Name | None = "max_retries_exceeded"
+    default_max_retries: Annotated[int, Field(ge=0)] = 3
+
+
+class MachineSpec(VersionedMessage):
+    name: Name
+    description: str = ""
+    states: list[Name]
+    initial: Name
+    terminal: list[Name]
+    events: dict[str, EventSpec]
+    transitions: list[TransitionSpec]
+    retry: RetryPolicy | None = None
+    create_authorities: list[str] = Field(default_factory=lambda: ["runtime"])
+    step_states: list[Name] = Field(
+        default_factory=lambda: ["running"],
+        description="States in which the step ledger accepts events.",
+    )
+    step_authorities: list[str] = Field(default_factory=lambda: ["runtime", "tool_executor"])
+    default_success_criteria: list[str] = Field(default_factory=list)
+    dedupe_window: Annotated[int, Field(ge=1, le=10_000)] = Field(
+        default=64, description="How many recent proposal ids a run remembers."
+    )

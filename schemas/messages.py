@@ -1,0 +1,168 @@
+"""Wire messages: what producers propose and what the processor publishes and stores."""
+
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import Field, JsonValue
+
+from schemas.base import VersionedMessage, WireModel
+from schemas.codes import RejectionCode
+
+Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@/\-]+$")]
+RunId = Annotated[str, Field(min_length=1, max_length=256)]
+ProposalId = Annotated[str, Field(min_length=1, max_length=128)]
+Reason = Annotated[str, Field(min_length=1, max_length=256)]
+JsonObject = dict[str, JsonValue]
+
+
+class Principal(WireModel):
+    """Who said it, as proven by a credential: never read from a proposal's payload."""
+
+    source: str = Field(description="The concrete producer, e.g. 'runtime' or 'tool:get_status'.")
+    authority: str = Field(description="The write boundary: runtime, tool_executor, model, ...")
+
+
+class Proposal(VersionedMessage):
+    """A request to change a run. The processor commits it as a transition or refuses it."""
+
+    proposal_id: ProposalId = Field(description="Unique per run; repeats are refused 'duplicate'.")
+    run_id: RunId
+    event: Name = Field(description="'create', a step event, or an event of the run's machine.")
+    expected_revision: int | None = Field(
+        default=None, ge=0, description="Optimistic check: refused unless the run is at it."
+    )
+    reason: Reason | None = None
+    payload: JsonObject = Field(
+        default_factory=dict, description="Event data; typed for create, facts and steps."
+    )
+    metadata: JsonObject = Field(
+        default_factory=dict, description="Free-form context copied onto the transition."
+    )
+
+
+class Deadlines(WireModel):
+    """Time limits of one run, in milliseconds; fired by the processor, not by agents."""
+
+    approval_timeout_ms: int | None = Field(default=None, gt=0)
+    heartbeat_timeout_ms: int | None = Field(default=None, gt=0)
+    retry_backoff_ms: int | None = Field(default=None, gt=0)
+
+
+class RunOptions(WireModel):
+    """Per-run settings given at creation; unset ones take the machine's defaults."""
+
+    max_retries: int | None = Field(default=None, ge=0)
+    success_criteria: list[str] | None = None
+    deadlines: Deadlines | None = None
+
+
+class CreatePayload(WireModel):
+    """The payload of a `create` proposal."""
+
+    machine: Name
+    options: RunOptions = Field(default_factory=RunOptions)
+
+
+class FactPayload(WireModel):
+    """The payload of an event that records a fact (seed 002 `tool_result`)."""
+
+    fact: Annotated[str, Field(min_length=1, max_length=1024)]
+
+
+class StepStartedPayload(WireModel):
+    step: Name
+    idempotency_key: Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class StepSucceededPayload(WireModel):
+    step: Name
+    result: JsonValue = None
+
+
+class StepFailedPayload(WireModel):
+    step: Name
+    error: Annotated[str, Field(min_length=1, max_length=4096)]
+
+
+class StepStatus(StrEnum):
+    EXECUTING = "executing"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class StepRecord(WireModel):
+    """One entry of the step ledger. `executing` after a crash means: outcome unknown."""
+
+    status: StepStatus
+    idempotency_key: str | None = None
+    attempts: int = 0
+    result: JsonValue = None
+    error: str | None = None
+    revision: int = Field(description="The run revision that last changed this step.")
+
+
+class RecentProposal(WireModel):
+    proposal_id: str
+    revision: int
+
+
+class RunSnapshot(VersionedMessage):
+    """A run as it stands after its latest transition: what recovery reads back."""
+
+    run_id: RunId
+    machine: Name
+    state: str
+    revision: int = Field(ge=0)
+    retry_count: int = 0
+    max_retries: int = 0
+    success_criteria: list[str] = Field(default_factory=list)
+    deadlines: Deadlines = Field(default_factory=Deadlines)
+    facts: list[str] = Field(default_factory=list)
+    steps: dict[str, StepRecord] = Field(default_factory=dict)
+    recent_proposals: list[RecentProposal] = Field(
+        default_factory=list, description="Bounded window of committed proposal ids, newest last."
+    )
+    stop_reason: str | None = None
+    last_reason: str | None = None
+    created_at_ms: int
+    updated_at_ms: int
+    entered_state_at_ms: int
+
+
+class Transition(VersionedMessage):
+    """A committed fact: one per revision, append-only, keyed by run_id."""
+
+    transition_id: str = Field(description="'<run_id>:<revision>', unique for the run's life.")
+    run_id: RunId
+    machine: Name
+    revision: int = Field(ge=0)
+    from_state: str | None = Field(description="None for the create transition.")
+    to_state: str
+    event: str
+    proposal_id: ProposalId
+    principal: Principal
+    reason: str | None = None
+    payload: JsonObject = Field(default_factory=dict)
+    metadata: JsonObject = Field(default_factory=dict)
+    retry_count: int = 0
+    at_ms: int = Field(description="Broker timestamp of the proposal, ms since the epoch.")
+
+
+class Rejection(VersionedMessage):
+    """A refused proposal, with a typed code and a detail a person can act on."""
+
+    code: RejectionCode
+    detail: str
+    run_id: str | None = None
+    proposal_id: str | None = None
+    event: str | None = None
+    principal: Principal | None = None
+    state: str | None = Field(default=None, description="The run's state when refused.")
+    revision: int | None = Field(default=None, description="The run's revision when refused.")
+    original_transition_id: str | None = Field(
+        default=None, description="For 'duplicate': the transition the first copy committed."
+    )
+    step_result: JsonValue = Field(
+        default=None, description="For 'duplicate_step': the stored result of the step."
+    )
+    at_ms: int
