@@ -1,0 +1,67 @@
+"""Drive one run through `decide` the way the runtime will: snapshot in, decision out."""
+
+from collections.abc import Mapping
+from typing import Any
+
+from processor.engine import Commit, Decision, Machine, decide
+from processor.machines import builtin_machines
+from schemas import Principal, Proposal, Rejection, RunSnapshot, Transition
+
+RUNTIME = Principal(source="runtime", authority="runtime")
+TOOL = Principal(source="tool:get_status", authority="tool_executor")
+MODEL = Principal(source="model:planner", authority="model")
+APPROVER = Principal(source="approver:alice", authority="approver")
+
+
+class Driver:
+    def __init__(self, machines: Mapping[str, Machine] | None = None, run_id: str = "run-7"):
+        self.machines = builtin_machines() if machines is None else machines
+        self.run_id = run_id
+        self.snapshot: RunSnapshot | None = None
+        self.history: list[Transition] = []
+        self.now = 1_700_000_000_000
+        self._n = 0
+
+    def propose(
+        self,
+        event: str,
+        principal: Principal = RUNTIME,
+        *,
+        payload: dict[str, Any] | None = None,
+        reason: str | None = None,
+        expected_revision: int | None = None,
+        proposal_id: str | None = None,
+    ) -> Decision:
+        self._n += 1
+        proposal = Proposal(
+            proposal_id=proposal_id or f"p{self._n}",
+            run_id=self.run_id,
+            event=event,
+            reason=reason,
+            expected_revision=expected_revision,
+            payload=payload or {},
+        )
+        decision = decide(self.machines, self.snapshot, proposal, principal, self.now)
+        self.now += 1_000
+        if isinstance(decision, Commit):
+            self.snapshot = decision.snapshot
+            self.history.append(decision.transition)
+        return decision
+
+    def commit(self, event: str, principal: Principal = RUNTIME, **kw: Any) -> Commit:
+        decision = self.propose(event, principal, **kw)
+        assert isinstance(decision, Commit), f"{event} refused: {decision}"
+        return decision
+
+    def refuse(self, event: str, principal: Principal = RUNTIME, **kw: Any) -> Rejection:
+        decision = self.propose(event, principal, **kw)
+        assert isinstance(decision, Rejection), f"{event} was committed: {decision}"
+        return decision
+
+    def create(self, machine: str, principal: Principal = RUNTIME, **options: Any) -> Commit:
+        return self.commit("create", principal, payload={"machine": machine, "options": options})
+
+    @property
+    def state(self) -> str:
+        assert self.snapshot is not None
+        return self.snapshot.state

@@ -1,0 +1,245 @@
+"""One test per rejection code: each is reachable, and carries what a client needs."""
+
+import json
+
+import pytest
+
+from processor.engine import Commit, decide
+from processor.intake import (
+    Keyring,
+    Undecodable,
+    authenticate,
+    decode_proposal,
+    reject_unauthenticated,
+    signed_headers,
+)
+from processor.machines import builtin_machines
+from schemas import Proposal, Rejection, RejectionCode
+from tests.unit.driver import MODEL, RUNTIME, TOOL, Driver
+
+NOW = 1_700_000_000_000
+KEYRING = Keyring.model_validate(
+    {"keys": {"rt": {"secret": "s" * 32, "source": "runtime", "authority": "runtime"}}}
+)
+
+
+def _value(**fields: object) -> bytes:
+    base = {"proposal_id": "p1", "run_id": "r1", "event": "start"}
+    return json.dumps({**base, **fields}).encode()
+
+
+def test_every_code_has_a_test_here() -> None:
+    tested = {name[len("test_") :] for name in globals() if name.startswith("test_")}
+    assert {code.value for code in RejectionCode} <= tested
+
+
+def test_schema_invalid() -> None:
+    wrong_type = decode_proposal(_value(expected_revision="3"), NOW)
+    assert isinstance(wrong_type, Rejection) and wrong_type.code is RejectionCode.SCHEMA_INVALID
+    assert "expected_revision" in wrong_type.detail and wrong_type.run_id == "r1"
+
+    unknown_field = decode_proposal(_value(authority="runtime"), NOW)
+    assert isinstance(unknown_field, Rejection)
+    assert "authority" in unknown_field.detail and "Extra inputs" in unknown_field.detail
+
+    big = decode_proposal(_value(payload={"blob": "x" * 70_000}), NOW)
+    assert isinstance(big, Rejection) and "limit is 65536" in big.detail
+    small_limit = decode_proposal(_value(), NOW, max_bytes=10)
+    assert isinstance(small_limit, Rejection) and "limit is 10" in small_limit.detail
+
+    newer = decode_proposal(_value(schema_version=9), NOW)
+    assert isinstance(newer, Rejection) and "9 is newer" in newer.detail
+
+    # event payloads are typed too
+    run = Driver()
+    bad_create = run.refuse("create", payload={"machine": 5})
+    assert bad_create.code is RejectionCode.SCHEMA_INVALID and "machine" in bad_create.detail
+    run.create("owned_run")
+    run.commit("run_started")
+    bad_fact = run.refuse("tool_result", TOOL, payload={"value": "build=green"})
+    assert bad_fact.code is RejectionCode.SCHEMA_INVALID and "fact" in bad_fact.detail
+
+
+def test_undecodable_goes_to_dlq_not_rejection() -> None:
+    for value in (b"\xff\xfe", b"not json", b"[1, 2]", None):
+        assert isinstance(decode_proposal(value, NOW), Undecodable)
+
+
+def test_unauthenticated() -> None:
+    value = _value()
+    good = authenticate(value, signed_headers(value, "rt", "s" * 32), KEYRING)
+    assert good == RUNTIME
+    unsigned = authenticate(value, [], KEYRING)
+    forged = authenticate(value, signed_headers(value, "rt", "t" * 32), KEYRING)
+    unknown = authenticate(value, signed_headers(value, "nobody", "s" * 32), KEYRING)
+    tampered = authenticate(
+        _value(event="complete"), signed_headers(value, "rt", "s" * 32), KEYRING
+    )
+    for why in (unsigned, forged, unknown, tampered):
+        assert isinstance(why, str)
+    proposal = decode_proposal(value, NOW)
+    assert isinstance(proposal, Proposal)
+    rejection = reject_unauthenticated(proposal, str(forged), NOW)
+    assert rejection.code is RejectionCode.UNAUTHENTICATED and "bad signature" in rejection.detail
+
+
+def test_unknown_machine() -> None:
+    refused = Driver().refuse("create", payload={"machine": "nope"})
+    assert refused.code is RejectionCode.UNKNOWN_MACHINE and "task_lifecycle" in refused.detail
+    # a stored run whose machine is no longer loaded
+    run = Driver()
+    run.create("run_state")
+    machines = {k: v for k, v in builtin_machines().items() if k != "run_state"}
+    assert run.snapshot is not None
+    p = Proposal(proposal_id="x", run_id="run-7", event="start")
+    decision = decide(machines, run.snapshot, p, RUNTIME, NOW)
+    assert isinstance(decision, Rejection) and decision.code is RejectionCode.UNKNOWN_MACHINE
+
+
+def test_unknown_run() -> None:
+    refused = Driver().refuse("start")
+    assert refused.code is RejectionCode.UNKNOWN_RUN and "create" in refused.detail
+
+
+def test_run_exists() -> None:
+    run = Driver()
+    run.create("run_state")
+    refused = run.refuse("create", payload={"machine": "run_state"})
+    assert refused.code is RejectionCode.RUN_EXISTS and refused.revision == 0
+
+
+def test_duplicate() -> None:
+    run = Driver()
+    run.create(
+        "run_state",
+    )
+    first = run.commit("start", proposal_id="start-once", expected_revision=0)
+    again = run.refuse("start", proposal_id="start-once", expected_revision=0)
+    assert again.code is RejectionCode.DUPLICATE
+    assert again.original_transition_id == first.transition.transition_id == "run-7:1"
+    # a duplicated create names revision 0
+    create_again = run.refuse("create", proposal_id="p1", payload={"machine": "run_state"})
+    assert create_again.original_transition_id == "run-7:0"
+
+
+def test_duplicate_window_is_bounded() -> None:
+    run = Driver()
+    run.create("owned_run")
+    run.commit("run_started")
+    for i in range(70):
+        run.commit("tool_result", TOOL, payload={"fact": f"f{i}"}, proposal_id=f"fact-{i}")
+    assert run.snapshot is not None and len(run.snapshot.recent_proposals) == 64
+    assert run.refuse("tool_result", TOOL, payload={"fact": "f69"}, proposal_id="fact-69").code is (
+        RejectionCode.DUPLICATE
+    )
+
+
+def test_unknown_event() -> None:
+    run = Driver()
+    run.create("run_state")
+    refused = run.refuse("explode")
+    assert refused.code is RejectionCode.UNKNOWN_EVENT and "need_approval" in refused.detail
+
+
+def test_unauthorized() -> None:
+    run = Driver()
+    run.create("task_lifecycle")
+    run.commit("start")
+    run.commit("pause_for_approval")
+    refused = run.refuse("approval_granted", MODEL)  # the model cannot approve itself
+    assert refused.code is RejectionCode.UNAUTHORIZED and "approver" in refused.detail
+    assert run.refuse(
+        "step_started", MODEL, payload={"step": "s", "idempotency_key": "k"}
+    ).code is (RejectionCode.UNAUTHORIZED)
+    model_create = Driver(run_id="r2").refuse("create", MODEL, payload={"machine": "run_state"})
+    assert model_create.code is RejectionCode.UNAUTHORIZED
+
+
+def test_revision_conflict() -> None:
+    run = Driver()
+    run.create("run_state")
+    refused = run.refuse("start", expected_revision=5)
+    assert refused.code is RejectionCode.REVISION_CONFLICT and refused.revision == 0
+
+
+def test_terminal_state() -> None:
+    run = Driver()
+    run.create("run_state")
+    run.commit("start")
+    run.commit("fail")
+    assert run.refuse("start").code is RejectionCode.TERMINAL_STATE
+    step = run.refuse("step_started", payload={"step": "s", "idempotency_key": "k"})
+    assert step.code is RejectionCode.TERMINAL_STATE
+
+
+def test_invalid_transition() -> None:
+    run = Driver()
+    run.create("task_lifecycle")
+    refused = run.refuse("complete")
+    assert refused.code is RejectionCode.INVALID_TRANSITION and "planned" in refused.detail
+    # steps only while running
+    step = run.refuse("step_started", payload={"step": "s", "idempotency_key": "k"})
+    assert step.code is RejectionCode.INVALID_TRANSITION
+    run.commit("start")
+    never = run.refuse("step_succeeded", payload={"step": "s", "result": 1})
+    assert never.code is RejectionCode.INVALID_TRANSITION and "never started" in never.detail
+    run.commit("step_started", payload={"step": "s", "idempotency_key": "k"})
+    run.commit("step_failed", payload={"step": "s", "error": "boom"})
+    failed = run.refuse("step_failed", payload={"step": "s", "error": "boom"})
+    assert failed.code is RejectionCode.INVALID_TRANSITION and "(failed)" in failed.detail
+
+
+def test_reason_required() -> None:
+    run = Driver()
+    run.create("owned_run")
+    run.commit("run_started")
+    refused = run.refuse("run_failed")
+    assert refused.code is RejectionCode.REASON_REQUIRED
+    assert "timeout" in refused.detail and "tool_error" in refused.detail
+
+
+def test_guard_failed() -> None:
+    run = Driver()
+    run.create("owned_run", success_criteria=["tests=pass", "build=green"])
+    run.commit("run_started")
+    run.commit("tool_result", TOOL, payload={"fact": "build=green"})
+    refused = run.refuse("run_completed")
+    assert refused.code is RejectionCode.GUARD_FAILED and "tests=pass" in refused.detail
+    run.commit("tool_result", TOOL, payload={"fact": "tests=pass"})
+    assert isinstance(run.propose("run_completed"), Commit)
+
+
+def test_retries_exhausted() -> None:
+    run = Driver()
+    run.create("task_lifecycle", max_retries=0)
+    run.commit("start")
+    run.commit("transient_error")
+    refused = run.refuse("retry")
+    assert refused.code is RejectionCode.RETRIES_EXHAUSTED
+    assert run.snapshot is not None and run.snapshot.retry_count == 0
+
+
+def test_duplicate_step() -> None:
+    run = Driver()
+    run.create("run_state")
+    run.commit("start")
+    run.commit("step_started", payload={"step": "refund", "idempotency_key": "k"})
+    run.commit("step_succeeded", payload={"step": "refund", "result": {"refund_id": 9}})
+    for event, payload in (
+        ("step_started", {"step": "refund", "idempotency_key": "k"}),
+        ("step_succeeded", {"step": "refund", "result": 2}),
+        ("step_failed", {"step": "refund", "error": "late"}),
+    ):
+        refused = run.refuse(event, payload=payload)
+        assert refused.code is RejectionCode.DUPLICATE_STEP
+        assert refused.step_result == {"refund_id": 9}
+
+
+@pytest.mark.parametrize("machine", ["run_state", "owned_run", "task_lifecycle"])
+def test_rejections_never_change_the_run(machine: str) -> None:
+    run = Driver()
+    run.create(machine)
+    before = run.snapshot
+    run.refuse("no_such_event")
+    run.refuse("create", payload={"machine": machine})
+    assert run.snapshot is before
