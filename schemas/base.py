@@ -1,6 +1,6 @@
 """Shared configuration of every wire model: strict, closed, versioned."""
 
-from typing import Any
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
@@ -14,6 +14,36 @@ class WireModel(BaseModel):
     """A message on a topic or a file: unknown fields and loose types are refused."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
+
+    @classmethod
+    def trusted(cls, values: dict[str, Any]) -> Self:
+        """Build from values the engine itself computed, skipping validation.
+
+        `values` must hold every field and is taken over, not copied. Same result as
+        `model_construct`, at a third of its cost (it dominated the engine's profile).
+        """
+        obj = cls.__new__(cls)
+        _set(obj, "__dict__", values)
+        # Shared per class: pydantic copies this set before it ever mutates one.
+        _set(obj, "__pydantic_fields_set__", _all_fields(cls))
+        _set(obj, "__pydantic_extra__", None)
+        _set(obj, "__pydantic_private__", None)
+        return obj
+
+    def evolved(self, **changes: Any) -> Self:
+        """A copy with `changes` applied, unvalidated: for values the engine computed."""
+        return self.trusted({**self.__dict__, **changes})
+
+
+_set = object.__setattr__
+_FIELD_SETS: dict[type[BaseModel], set[str]] = {}
+
+
+def _all_fields(cls: type[BaseModel]) -> set[str]:
+    fields = _FIELD_SETS.get(cls)
+    if fields is None:
+        fields = _FIELD_SETS[cls] = set(cls.model_fields)
+    return fields
 
 
 class VersionedMessage(WireModel):

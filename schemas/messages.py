@@ -101,11 +101,6 @@ class StepRecord(WireModel):
     revision: int = Field(description="The run revision that last changed this step.")
 
 
-class RecentProposal(WireModel):
-    proposal_id: str
-    revision: int
-
-
 class RunSnapshot(VersionedMessage):
     """A run as it stands after its latest transition: what recovery reads back."""
 
@@ -119,8 +114,9 @@ class RunSnapshot(VersionedMessage):
     deadlines: Deadlines = Field(default_factory=Deadlines)
     facts: list[str] = Field(default_factory=list)
     steps: dict[str, StepRecord] = Field(default_factory=dict)
-    recent_proposals: list[RecentProposal] = Field(
-        default_factory=list, description="Bounded window of committed proposal ids, newest last."
+    recent_proposals: dict[str, int] = Field(
+        default_factory=dict,
+        description="Bounded window: committed proposal id -> its revision, oldest first.",
     )
     stop_reason: str | None = None
     last_reason: str | None = None

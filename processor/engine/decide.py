@@ -11,15 +11,13 @@ computed against a newer state (which would usually be `revision_conflict`).
 """
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from fnmatch import fnmatchcase
-from typing import Any
+from typing import Any, NamedTuple
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from processor.engine.lint import CREATE_EVENT
 from processor.engine.machine import Edge, Machine
-from processor.engine.steps import STEP_PAYLOADS, apply_step
+from processor.engine.steps import apply_step
 from schemas.base import describe_errors
 from schemas.codes import RejectionCode as Code
 from schemas.machine import GuardKind
@@ -29,7 +27,6 @@ from schemas.messages import (
     FactPayload,
     Principal,
     Proposal,
-    RecentProposal,
     Rejection,
     RunSnapshot,
     StepRecord,
@@ -37,8 +34,7 @@ from schemas.messages import (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Commit:
+class Commit(NamedTuple):
     """The proposal becomes fact: the run's next snapshot and the transition to publish."""
 
     snapshot: RunSnapshot
@@ -49,6 +45,7 @@ Decision = Commit | Rejection
 
 
 def transition_id(run_id: str, revision: int) -> str:
+    """'<run_id>:<revision>': unique per committed fact, so duplicates downstream show."""
     return f"{run_id}:{revision}"
 
 
@@ -90,16 +87,8 @@ def decide(
         return _reject_duplicate(proposal, principal, snapshot, original, now_ms)
 
     event = proposal.event
-    step_payload = STEP_PAYLOADS.get(event)
-    spec = machine.events.get(event)
-    payload_model: type[BaseModel] | None
-    sources: list[str]
-    if step_payload is not None:
-        authorities, sources, payload_model = machine.step_authorities, [], step_payload
-    elif spec is not None:
-        authorities, sources = frozenset(spec.authorities), spec.sources
-        payload_model = FactPayload if spec.records_fact else None
-    else:
+    rule = machine.rules.get(event)
+    if rule is None:
         return _reject(
             Code.UNKNOWN_EVENT,
             f"machine '{machine.name}' has no event '{event}'; "
@@ -111,9 +100,9 @@ def decide(
         )
 
     payload: Any = None
-    if payload_model is not None:
+    if rule.payload_model is not None:
         try:
-            payload = payload_model.model_validate(proposal.payload)
+            payload = rule.payload_model.__pydantic_validator__.validate_python(proposal.payload)
         except ValidationError as exc:
             return _reject(
                 Code.SCHEMA_INVALID,
@@ -124,9 +113,8 @@ def decide(
                 now_ms,
             )
 
-    if principal.authority not in authorities or (
-        sources and not any(fnmatchcase(principal.source, p) for p in sources)
-    ):
+    if not rule.allows(principal.source, principal.authority):
+        authorities, sources = rule.authorities, rule.sources
         return _reject(
             Code.UNAUTHORIZED,
             f"{principal.authority} ({principal.source}) may not send '{event}'; "
@@ -157,7 +145,7 @@ def decide(
             now_ms,
         )
 
-    if step_payload is not None:
+    if rule.is_step:
         if snapshot.state not in machine.step_states:
             return _reject(
                 Code.INVALID_TRANSITION,
@@ -196,7 +184,7 @@ def decide(
             snapshot,
             now_ms,
         )
-    failed_guard = _failed_guard(edge, snapshot)
+    failed_guard = _failed_guard(edge, snapshot) if edge.guards else None
     if failed_guard is not None:
         return _reject(Code.GUARD_FAILED, failed_guard, proposal, principal, snapshot, now_ms)
 
@@ -290,26 +278,26 @@ def _decide_create(
     spec = machine.spec
     default_retries = spec.retry.default_max_retries if spec.retry is not None else 0
     criteria = options.success_criteria
-    new = RunSnapshot.model_construct(
-        schema_version=1,
-        run_id=proposal.run_id,
-        machine=machine.name,
-        state=spec.initial,
-        revision=0,
-        retry_count=0,
-        max_retries=default_retries if options.max_retries is None else options.max_retries,
-        success_criteria=spec.default_success_criteria if criteria is None else list(criteria),
-        deadlines=options.deadlines or Deadlines(),
-        facts=[],
-        steps={},
-        recent_proposals=[
-            RecentProposal.model_construct(proposal_id=proposal.proposal_id, revision=0)
-        ],
-        stop_reason=None,
-        last_reason=proposal.reason,
-        created_at_ms=now_ms,
-        updated_at_ms=now_ms,
-        entered_state_at_ms=now_ms,
+    new = RunSnapshot.trusted(
+        dict(
+            schema_version=1,
+            run_id=proposal.run_id,
+            machine=machine.name,
+            state=spec.initial,
+            revision=0,
+            retry_count=0,
+            max_retries=default_retries if options.max_retries is None else options.max_retries,
+            success_criteria=spec.default_success_criteria if criteria is None else list(criteria),
+            deadlines=options.deadlines or Deadlines(),
+            facts=[],
+            steps={},
+            recent_proposals={proposal.proposal_id: 0},
+            stop_reason=None,
+            last_reason=proposal.reason,
+            created_at_ms=now_ms,
+            updated_at_ms=now_ms,
+            entered_state_at_ms=now_ms,
+        )
     )
     return Commit(new, _transition(new, None, proposal, principal, now_ms))
 
@@ -328,29 +316,26 @@ def _commit(
     stop_reason: str | None = None,
 ) -> Commit:
     revision = snapshot.revision + 1
-    recent = [
-        *snapshot.recent_proposals,
-        RecentProposal.model_construct(proposal_id=proposal.proposal_id, revision=revision),
-    ]
-    window = machine.spec.dedupe_window
-    if len(recent) > window:
-        recent = recent[-window:]
-    new = snapshot.model_copy(
-        update={
-            "state": target,
-            "revision": revision,
-            "retry_count": snapshot.retry_count if retry_count is None else retry_count,
-            "facts": snapshot.facts if facts is None else facts,
-            "steps": snapshot.steps if steps is None else steps,
-            "recent_proposals": recent,
-            "stop_reason": stop_reason,
-            "last_reason": proposal.reason,
-            "updated_at_ms": now_ms,
-            "entered_state_at_ms": (
-                snapshot.entered_state_at_ms if target == snapshot.state else now_ms
-            ),
-        }
-    )
+    recent = dict(snapshot.recent_proposals)
+    recent[proposal.proposal_id] = revision
+    if len(recent) > machine.spec.dedupe_window:
+        del recent[next(iter(recent))]  # oldest first: dicts keep insertion order
+    values = dict(snapshot.__dict__)
+    values["state"] = target
+    values["revision"] = revision
+    values["recent_proposals"] = recent
+    values["stop_reason"] = stop_reason
+    values["last_reason"] = proposal.reason
+    values["updated_at_ms"] = now_ms
+    if retry_count is not None:
+        values["retry_count"] = retry_count
+    if facts is not None:
+        values["facts"] = facts
+    if steps is not None:
+        values["steps"] = steps
+    if target != snapshot.state:
+        values["entered_state_at_ms"] = now_ms
+    new = RunSnapshot.trusted(values)
     return Commit(new, _transition(new, snapshot.state, proposal, principal, now_ms))
 
 
@@ -361,22 +346,24 @@ def _transition(
     principal: Principal,
     now_ms: int,
 ) -> Transition:
-    return Transition.model_construct(
-        schema_version=1,
-        transition_id=transition_id(new.run_id, new.revision),
-        run_id=new.run_id,
-        machine=new.machine,
-        revision=new.revision,
-        from_state=from_state,
-        to_state=new.state,
-        event=proposal.event,
-        proposal_id=proposal.proposal_id,
-        principal=principal,
-        reason=proposal.reason,
-        payload=proposal.payload,
-        metadata=proposal.metadata,
-        retry_count=new.retry_count,
-        at_ms=now_ms,
+    return Transition.trusted(
+        {
+            "schema_version": 1,
+            "transition_id": f"{new.run_id}:{new.revision}",
+            "run_id": new.run_id,
+            "machine": new.machine,
+            "revision": new.revision,
+            "from_state": from_state,
+            "to_state": new.state,
+            "event": proposal.event,
+            "proposal_id": proposal.proposal_id,
+            "principal": principal,
+            "reason": proposal.reason,
+            "payload": proposal.payload,
+            "metadata": proposal.metadata,
+            "retry_count": new.retry_count,
+            "at_ms": now_ms,
+        }
     )
 
 
@@ -399,10 +386,7 @@ def _failed_guard(edge: Edge, snapshot: RunSnapshot) -> str | None:
 
 
 def _original_revision(snapshot: RunSnapshot, proposal_id: str) -> int | None:
-    for recent in reversed(snapshot.recent_proposals):
-        if recent.proposal_id == proposal_id:
-            return recent.revision
-    return None
+    return snapshot.recent_proposals.get(proposal_id)
 
 
 def _reject_duplicate(
@@ -435,17 +419,19 @@ def _reject(
     original_transition_id: str | None = None,
     step_result: Any = None,
 ) -> Rejection:
-    return Rejection.model_construct(
-        schema_version=1,
-        code=code,
-        detail=detail,
-        run_id=proposal.run_id,
-        proposal_id=proposal.proposal_id,
-        event=proposal.event,
-        principal=principal,
-        state=None if snapshot is None else snapshot.state,
-        revision=None if snapshot is None else snapshot.revision,
-        original_transition_id=original_transition_id,
-        step_result=step_result,
-        at_ms=now_ms,
+    return Rejection.trusted(
+        dict(
+            schema_version=1,
+            code=code,
+            detail=detail,
+            run_id=proposal.run_id,
+            proposal_id=proposal.proposal_id,
+            event=proposal.event,
+            principal=principal,
+            state=None if snapshot is None else snapshot.state,
+            revision=None if snapshot is None else snapshot.revision,
+            original_transition_id=original_transition_id,
+            step_result=step_result,
+            at_ms=now_ms,
+        )
     )

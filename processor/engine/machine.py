@@ -1,10 +1,16 @@
 """A linted machine compiled for fast lookups by `decide`."""
 
+import fnmatch
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from pydantic import BaseModel
+
 from processor.engine.lint import LintIssue, lint
+from processor.engine.steps import STEP_PAYLOADS
 from schemas.machine import EventSpec, Guard, MachineSpec, TransitionSpec
+from schemas.messages import FactPayload
 
 
 class MachineInvalid(ValueError):
@@ -28,6 +34,23 @@ class Edge:
 
 
 @dataclass(frozen=True, slots=True)
+class EventRule:
+    """Who may send an event and how its payload is typed, resolved once per machine."""
+
+    authorities: frozenset[str]
+    sources: tuple[str, ...]
+    payload_model: type[BaseModel] | None
+    is_step: bool
+    #: The `sources` patterns as one compiled regex (fnmatch per call was a hot spot).
+    source_pattern: re.Pattern[str] | None = None
+
+    def allows(self, source: str, authority: str) -> bool:
+        if authority not in self.authorities:
+            return False
+        return self.source_pattern is None or self.source_pattern.match(source) is not None
+
+
+@dataclass(frozen=True, slots=True)
 class Machine:
     spec: MachineSpec
     edges: Mapping[tuple[str, str], Edge]
@@ -36,6 +59,7 @@ class Machine:
     step_authorities: frozenset[str]
     create_authorities: frozenset[str]
     events: Mapping[str, EventSpec] = field(repr=False)
+    rules: Mapping[str, EventRule] = field(repr=False)
 
     @property
     def name(self) -> str:
@@ -46,17 +70,37 @@ def _edge(t: TransitionSpec) -> Edge:
     return Edge(t.source, t.event, t.target, frozenset(t.reasons), tuple(t.guards), t.stop_reason)
 
 
+def _sources_pattern(patterns: list[str]) -> re.Pattern[str] | None:
+    if not patterns:
+        return None
+    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns))
+
+
 def compile_machine(spec: MachineSpec) -> Machine:
     """Lint `spec` and build its lookup tables; raises MachineInvalid on any issue."""
     issues = lint(spec)
     if issues:
         raise MachineInvalid(spec.name, issues)
+    rules = {
+        name: EventRule(
+            frozenset(event.authorities),
+            tuple(event.sources),
+            FactPayload if event.records_fact else None,
+            is_step=False,
+            source_pattern=_sources_pattern(event.sources),
+        )
+        for name, event in spec.events.items()
+    }
+    step_authorities = frozenset(spec.step_authorities)
+    for name, model in STEP_PAYLOADS.items():
+        rules[name] = EventRule(step_authorities, (), model, is_step=True)
     return Machine(
         spec=spec,
         edges={(t.source, t.event): _edge(t) for t in spec.transitions},
         terminal=frozenset(spec.terminal),
         step_states=frozenset(spec.step_states),
-        step_authorities=frozenset(spec.step_authorities),
+        step_authorities=step_authorities,
         create_authorities=frozenset(spec.create_authorities),
         events=dict(spec.events),
+        rules=rules,
     )

@@ -42,14 +42,16 @@ def apply_step(snapshot: RunSnapshot, event: str, payload: Any) -> StepRecord | 
             record.result,
         )
     if isinstance(payload, StepStartedPayload):
-        return StepRecord.model_construct(
-            status=StepStatus.EXECUTING,
-            idempotency_key=payload.idempotency_key,
-            attempts=(0 if record is None else record.attempts) + 1,
-            result=None,
-            # A previous failure stays visible until the step succeeds (seed 002: keep errors).
-            error=None if record is None else record.error,
-            revision=revision,
+        return StepRecord.trusted(
+            dict(
+                status=StepStatus.EXECUTING,
+                idempotency_key=payload.idempotency_key,
+                attempts=(0 if record is None else record.attempts) + 1,
+                result=None,
+                # A previous failure stays visible until the step succeeds (seed 002: keep errors).
+                error=None if record is None else record.error,
+                revision=revision,
+            )
         )
     if record is None or record.status is not StepStatus.EXECUTING:
         status = "never started" if record is None else record.status.value
@@ -59,10 +61,6 @@ def apply_step(snapshot: RunSnapshot, event: str, payload: Any) -> StepRecord | 
             None,
         )
     if isinstance(payload, StepSucceededPayload):
-        return record.model_copy(
-            update={"status": StepStatus.SUCCEEDED, "result": payload.result, "revision": revision}
-        )
+        return record.evolved(status=StepStatus.SUCCEEDED, result=payload.result, revision=revision)
     assert isinstance(payload, StepFailedPayload)
-    return record.model_copy(
-        update={"status": StepStatus.FAILED, "error": payload.error, "revision": revision}
-    )
+    return record.evolved(status=StepStatus.FAILED, error=payload.error, revision=revision)

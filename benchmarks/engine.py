@@ -1,0 +1,159 @@
+"""Decisions per second of `decide` on one core, warm snapshot, against a peer.
+
+The peer is seed 003's in-memory `transition()` (dict lookup, retry check, history
+append) measured in the same run: the floor cost of "a transition table in Python".
+Usage: python benchmarks/engine.py [--n 200000]
+"""
+
+import argparse
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rich.console import Console
+from rich.table import Table
+
+from processor.engine import Commit, decide
+from processor.machines import builtin_machines
+from schemas import Principal, Proposal, RunSnapshot
+
+RUNTIME = Principal(source="runtime", authority="runtime")
+TOOL = Principal(source="tool:get_status", authority="tool_executor")
+MODEL = Principal(source="model:planner", authority="model")
+
+
+def warm_snapshot() -> RunSnapshot:
+    machines = builtin_machines()
+    snapshot = None
+    for i, (event, principal, payload) in enumerate(
+        [
+            ("create", RUNTIME, {"machine": "owned_run"}),
+            ("run_started", RUNTIME, {}),
+            ("tool_result", TOOL, {"fact": "build=green"}),
+        ]
+    ):
+        proposal = Proposal(proposal_id=f"w{i}", run_id="bench", event=event, payload=payload)
+        decision = decide(machines, snapshot, proposal, principal, i)
+        assert isinstance(decision, Commit)
+        snapshot = decision.snapshot
+    assert snapshot is not None
+    return snapshot
+
+
+def bench_commits(n: int) -> float:
+    """Fact-recording commits, each fed back as the next snapshot (the hot path)."""
+    machines = builtin_machines()
+    snapshot = warm_snapshot()
+    proposals = [
+        Proposal(
+            proposal_id=f"c{i}", run_id="bench", event="tool_result", payload={"fact": "lint=ok"}
+        )
+        for i in range(n)
+    ]
+    start = time.perf_counter()
+    for i, proposal in enumerate(proposals):
+        decision = decide(machines, snapshot, proposal, TOOL, i)
+        snapshot = decision.snapshot  # type: ignore[union-attr]
+    return n / (time.perf_counter() - start)
+
+
+def bench_mixed(n: int) -> float:
+    """A realistic mix: 60% commits, 40% refusals (unauthorized, conflicts, illegal)."""
+    machines = builtin_machines()
+    snapshot = warm_snapshot()
+    kinds = [
+        ("tool_result", TOOL, {"fact": "lint=ok"}, None),
+        ("step_started", RUNTIME, {"step": "s", "idempotency_key": "k"}, None),
+        ("step_failed", RUNTIME, {"step": "s", "error": "e"}, None),
+        ("run_completed", MODEL, {}, None),
+        ("run_started", RUNTIME, {}, None),
+    ]
+    proposals = []
+    for i in range(n):
+        event, principal, payload, rev = kinds[i % len(kinds)]
+        proposals.append(
+            (
+                Proposal(
+                    proposal_id=f"m{i}",
+                    run_id="bench",
+                    event=event,
+                    payload=payload,
+                    expected_revision=rev,
+                ),
+                principal,
+            )
+        )
+    start = time.perf_counter()
+    for i, (proposal, principal) in enumerate(proposals):
+        decision = decide(machines, snapshot, proposal, principal, i)
+        if isinstance(decision, Commit):
+            snapshot = decision.snapshot
+    return n / (time.perf_counter() - start)
+
+
+@dataclass
+class SeedTask:
+    """Seed 003 §8 `AgentTaskStateMachine.transition`, in memory, without SQLite."""
+
+    state: str = "running"
+    retry_count: int = 0
+    max_retries: int = 3
+    history: list[tuple[str, str, str, float]] = field(default_factory=list)
+
+
+SEED_TABLE = {
+    ("running", "transient_error"): "retrying",
+    ("retrying", "retry"): "running",
+}
+
+
+def seed_transition(task: SeedTask, event: str) -> str:
+    nxt = SEED_TABLE.get((task.state, event))
+    if nxt is None:
+        raise ValueError(f"invalid: {task.state} + {event}")
+    if event == "retry":
+        task.retry_count += 1
+    task.history.append((task.state, nxt, event, time.time()))
+    task.state = nxt
+    return nxt
+
+
+def bench_seed_peer(n: int) -> float:
+    task = SeedTask(max_retries=n)
+    events = ["transient_error", "retry"] * (n // 2)
+    start = time.perf_counter()
+    for event in events:
+        seed_transition(task, event)
+    return len(events) / (time.perf_counter() - start)
+
+
+def best_of(fn: Callable[[int], float], n: int, rounds: int) -> float:
+    return max(fn(n) for _ in range(rounds))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=200_000, help="decisions per round")
+    parser.add_argument("--rounds", type=int, default=3, help="best of this many rounds")
+    args = parser.parse_args()
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core
+    commits = best_of(bench_commits, args.n, args.rounds)
+    mixed = best_of(bench_mixed, args.n, args.rounds)
+    peer = best_of(bench_seed_peer, args.n, args.rounds)
+    table = Table("workload", "decisions/s", "vs peer", "aim 100,000/s")
+    for label, rate in (
+        ("decide: commits only (fact records)", commits),
+        ("decide: 60% commits / 40% refusals", mixed),
+    ):
+        met = "met" if rate >= 100_000 else "not met"
+        table.add_row(label, f"{rate:,.0f}", f"{rate / peer:.3f}x", met)
+    table.add_row("peer: seed 003 transition(), in memory", f"{peer:,.0f}", "1.000x", "")
+    console = Console()
+    console.print(table)
+    console.print(f"one core, warm snapshot, n={args.n:,} per round, best of {args.rounds}")
+
+
+if __name__ == "__main__":
+    main()
