@@ -135,7 +135,7 @@ def best_of(fn: Callable[[int], float], n: int, rounds: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=200_000, help="decisions per round")
-    parser.add_argument("--rounds", type=int, default=3, help="best of this many rounds")
+    parser.add_argument("--rounds", type=int, default=5, help="best of this many rounds")
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core
