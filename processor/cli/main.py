@@ -2,7 +2,9 @@
 
 import click
 
+from processor.cli.broker import broker
 from processor.cli.machines import machines
+from processor.cli.topics import topics
 
 
 @click.group(
@@ -24,7 +26,9 @@ def cli() -> None:
     """
 
 
+cli.add_command(broker)
 cli.add_command(machines)
+cli.add_command(topics)
 
 
 def main() -> None:

@@ -23,3 +23,26 @@ machine_path_option = option(
     help="A machine file or a folder of *.yaml machine files to load besides the built-ins "
     "(repeatable; in the environment, separate paths with ':').",
 )
+
+bootstrap_option = option(
+    "--bootstrap-servers",
+    env="BOOTSTRAP_SERVERS",
+    default=None,
+    help="Kafka bootstrap servers (host:port,...). Default 127.0.0.1:9092.",
+)
+kafka_setting_option = option(
+    "-X",
+    "--kafka",
+    "kafka_settings",
+    env="KAFKA_SETTINGS",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Any Kafka client setting, e.g. -X security.protocol=SASL_SSL (repeatable). Also "
+    "read from RUNSTATE_KAFKA_<KEY> variables, dots as underscores.",
+)
+topic_prefix_option = option(
+    "--topic-prefix",
+    env="TOPIC_PREFIX",
+    default="runstate.",
+    help="Prefix of every runstate topic name.",
+)

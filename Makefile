@@ -1,0 +1,31 @@
+# The README's commands. `make test` is what CI runs (.ci/run).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install test unit integration bench
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+## install: a virtualenv in .venv with runstate and its dev tools
+install: $(STAMP)
+
+## test: the whole suite (lint, types, unit, integration on a real broker) + engine coverage
+test: install
+	$(BIN)/pytest --cov=processor.engine --cov-branch --cov-report=term-missing:skip-covered --cov-fail-under=95
+
+## unit: pure tests only, no broker, seconds
+unit: install
+	$(BIN)/pytest -m unit
+
+## integration: tests on a real broker only
+integration: install
+	$(BIN)/pytest -m integration
+
+## bench: decisions per second of the engine, against the seed's transition()
+bench: install
+	$(BIN)/python benchmarks/engine.py

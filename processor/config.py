@@ -1,0 +1,57 @@
+"""Kafka client settings: bootstrap servers plus any librdkafka setting, passed through.
+
+Every setting of the clients (security.protocol, sasl.*, ssl.*, ...) can be given as
+`-X key=value` on the command line or as RUNSTATE_KAFKA_<KEY> in the environment, with
+dots written as underscores (RUNSTATE_KAFKA_SASL_MECHANISM=PLAIN -> sasl.mechanism).
+"""
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+KAFKA_ENV_PREFIX = "RUNSTATE_KAFKA_"
+
+
+def client_config_from_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    environ = os.environ if environ is None else environ
+    return {
+        name[len(KAFKA_ENV_PREFIX) :].lower().replace("_", "."): value
+        for name, value in environ.items()
+        if name.startswith(KAFKA_ENV_PREFIX) and len(name) > len(KAFKA_ENV_PREFIX)
+    }
+
+
+def parse_settings(items: Iterable[str]) -> dict[str, str]:
+    """`key=value` strings to a dict; a clear error for anything else."""
+    settings = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"'{item}' is not key=value (e.g. -X security.protocol=SASL_SSL)")
+        settings[key.strip()] = value
+    return settings
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    bootstrap_servers: str = DEFAULT_BOOTSTRAP
+    client_config: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def resolve(cls, bootstrap: str | None, flags: Iterable[str] = ()) -> "KafkaSettings":
+        """Flags win over RUNSTATE_KAFKA_* variables; bootstrap from flag/env or default."""
+        config = {**client_config_from_env(), **parse_settings(flags)}
+        bootstrap = bootstrap or config.pop("bootstrap.servers", None) or DEFAULT_BOOTSTRAP
+        config.pop("bootstrap.servers", None)
+        return cls(bootstrap, config)
+
+    def client(self, **overrides: str | int | float | bool) -> dict[str, str | int | float | bool]:
+        """Settings for a confluent-kafka client: ours, then the user's, then overrides."""
+        # log_level 4: librdkafka's info lines (disconnects at exit) are noise for users.
+        return {
+            "bootstrap.servers": self.bootstrap_servers,
+            "log_level": 4,
+            **self.client_config,
+            **overrides,
+        }

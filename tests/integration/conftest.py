@@ -1,0 +1,32 @@
+"""Every integration test gets a real broker: from KAFKA_BOOTSTRAP_SERVERS, else a
+Docker container, else the local launcher (processor.broker.provide)."""
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+
+from processor.broker.provide import provide_broker
+from processor.topics import TopicNames, create_topics, plan_topics
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    data_dir: Path = tmp_path_factory.mktemp("broker")
+    with provide_broker(data_dir) as bootstrap:
+        yield bootstrap
+
+
+@pytest.fixture(scope="session")
+def admin(kafka_bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": kafka_bootstrap, "log_level": 4})
+
+
+@pytest.fixture
+def topic_names(admin: AdminClient) -> TopicNames:
+    """This test's own set of runstate topics (3 partitions), created fresh."""
+    names = TopicNames.with_prefix(f"t-{uuid.uuid4().hex[:10]}.")
+    create_topics(admin, plan_topics(names, partitions=3, replication=1))
+    return names

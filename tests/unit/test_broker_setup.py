@@ -1,0 +1,96 @@
+"""Launcher errors, version pins, client settings and topic plans, without a broker."""
+
+import re
+import stat
+from pathlib import Path
+
+import pytest
+import yaml
+
+from processor.broker.launcher import (
+    KAFKA_VERSION,
+    BrokerError,
+    _resource,
+    ensure_jars,
+    find_java,
+    find_maven,
+)
+from processor.config import KafkaSettings, client_config_from_env, parse_settings
+from processor.topics import TopicNames, plan_topics
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_compose_and_pom_pin_the_launchers_kafka_version() -> None:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    assert compose["services"]["kafka"]["image"] == f"apache/kafka:{KAFKA_VERSION}"
+    pom = _resource("pom.xml").read_text()
+    assert re.search(r"<kafka.version>(.+?)</kafka.version>", pom).group(1) == KAFKA_VERSION  # type: ignore[union-attr]
+
+
+def test_compose_runs_topic_setup_before_the_worker() -> None:
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    assert services["topics"]["command"][:3] == ["runstate", "topics", "create"]
+    assert services["worker"]["depends_on"]["topics"]["condition"] == (
+        "service_completed_successfully"
+    )
+
+
+def test_missing_java_names_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JAVA_HOME", "/nonexistent/jdk")
+    with pytest.raises(BrokerError, match="Java 17"):
+        find_java()
+
+
+def test_old_java_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    java = tmp_path / "bin" / "java"
+    java.parent.mkdir()
+    java.write_text("#!/bin/sh\necho 'openjdk version \"11.0.22\" 2024-01-16' >&2\n")
+    java.chmod(java.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
+    with pytest.raises(BrokerError, match=r"Java 11; Kafka .* needs Java 17"):
+        find_java()
+
+
+def test_missing_maven_names_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(BrokerError, match="apt install maven"):
+        find_maven()
+    monkeypatch.setenv("RUNSTATE_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(BrokerError, match="Maven"):
+        ensure_jars()  # nothing cached, nothing to fetch with
+
+
+def test_kafka_settings_pass_through(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = {"RUNSTATE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "RUNSTATE_KAFKA_SASL_MECHANISM": "PLAIN"}
+    assert client_config_from_env(env) == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+    }
+    monkeypatch.setenv("RUNSTATE_KAFKA_SASL_MECHANISM", "PLAIN")
+    settings = KafkaSettings.resolve(
+        "b:9092", ["sasl.mechanism=SCRAM-SHA-512", "ssl.ca.location=/ca"]
+    )
+    client = settings.client(**{"group.id": "g"})
+    assert client["bootstrap.servers"] == "b:9092"
+    assert client["sasl.mechanism"] == "SCRAM-SHA-512"  # flag wins over environment
+    assert client["ssl.ca.location"] == "/ca" and client["group.id"] == "g"
+    with pytest.raises(ValueError, match="not key=value"):
+        parse_settings(["security.protocol"])
+    assert KafkaSettings.resolve(None, ["bootstrap.servers=x:1"]).bootstrap_servers == "x:1"
+
+
+def test_topic_plan_settings() -> None:
+    plans = {p.role: p for p in plan_topics(TopicNames.with_prefix("rs."), 12, 3)}
+    assert plans["proposals"].name == "rs.proposals"
+    assert plans["proposals"].config["message.timestamp.type"] == "LogAppendTime"
+    assert plans["changelog"].config["cleanup.policy"] == "compact"
+    assert plans["changelog"].partitions == plans["proposals"].partitions == 12
+    assert plans["transitions"].config["retention.ms"] == "-1"
+    assert all(
+        p.replication == 3 and p.config["min.insync.replicas"] == "2" for p in plans.values()
+    )
+    single = plan_topics(TopicNames.with_prefix(), 1, 1)
+    assert all("min.insync.replicas" not in p.config for p in single)
