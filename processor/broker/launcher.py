@@ -230,6 +230,18 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM it when the process that started it dies, so a
+    killed test run or demo cannot leave a broker behind (Linux; elsewhere a no-op)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _cluster_id() -> str:
     # What `kafka-storage random-uuid` prints: a base64url UUID without padding.
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
@@ -243,11 +255,13 @@ def start_broker(
     internal_partitions: int = 1,
     timeout: float = 120.0,
     console: Console | None = None,
+    detach: bool = False,
 ) -> Broker:
     """Start a broker and wait until it accepts clients.
 
     A new `data_dir` is formatted; an existing one (formatted by an earlier start) is
-    restarted with its data and ports, as after a broker restart.
+    restarted with its data and ports, as after a broker restart. Unless `detach`, the
+    broker is stopped when this process dies, however it dies.
     """
     console = console or Console(stderr=True)
     libs = ensure_jars(console)
@@ -328,6 +342,7 @@ def start_broker(
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # its own process group: stop() reaches everything
+            preexec_fn=None if detach else _die_with_parent,
         )
     broker = Broker(
         bootstrap=f"127.0.0.1:{port}",

@@ -46,7 +46,7 @@ def start(data_dir: Path | None, port: int) -> None:
     """Start a broker in the background and print its address."""
     data_dir = _default_dir(data_dir)
     try:
-        running = start_broker(data_dir, port=port)
+        running = start_broker(data_dir, port=port, detach=True)
     except BrokerError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"Kafka {KAFKA_VERSION} running at {running.bootstrap} (pid {running.pid})")

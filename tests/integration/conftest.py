@@ -30,3 +30,15 @@ def topic_names(admin: AdminClient) -> TopicNames:
     names = TopicNames.with_prefix(f"t-{uuid.uuid4().hex[:10]}.")
     create_topics(admin, plan_topics(names, partitions=3, replication=1))
     return names
+
+
+@pytest.fixture
+def launcher() -> None:
+    """Tests of the local launcher itself need Java 17 and Maven (or cached jars)."""
+    from processor.broker.launcher import BrokerError, ensure_jars, find_java
+
+    try:
+        find_java()
+        ensure_jars()
+    except BrokerError as exc:
+        pytest.skip(f"local launcher unavailable here: {exc}")

@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -127,6 +128,7 @@ def test_broker_time_stamps_proposals(kafka_bootstrap: str, topic_names: TopicNa
     assert kind == 2 and ts > 1_600_000_000_000  # TIMESTAMP_LOG_APPEND_TIME, not 1000
 
 
+@pytest.mark.usefixtures("launcher")
 def test_cli_broker_lifecycle_leaves_no_process(tmp_path: Path) -> None:
     """`broker start`, `topics create`, `topics describe`, `broker stop` from a shell."""
     env = {k: v for k, v in os.environ.items() if not k.endswith("BOOTSTRAP_SERVERS")}
@@ -159,6 +161,7 @@ def test_cli_broker_lifecycle_leaves_no_process(tmp_path: Path) -> None:
     assert run("broker", "status").returncode == 1
 
 
+@pytest.mark.usefixtures("launcher")
 def test_second_start_reuses_cached_jars(monkeypatch: pytest.MonkeyPatch) -> None:
     """With the jars cached, Maven is not needed at all: no download happens."""
     ensure_jars()
@@ -172,3 +175,33 @@ def test_unreachable_broker_is_a_clear_error() -> None:
     admin = AdminClient({"bootstrap.servers": "127.0.0.1:1", "log_level": 0})
     with pytest.raises(KafkaException):
         create_topics(admin, plan_topics(TopicNames.with_prefix("x."), 1, 1), timeout=2)
+
+
+@pytest.mark.usefixtures("launcher")
+def test_broker_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
+    """A SIGKILLed test run or demo must not leave its broker running."""
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from processor.broker.launcher import start_broker\n"
+        "start_broker(Path(sys.argv[1]))\n"
+        "print('up', flush=True)\n"
+        "time.sleep(300)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.endswith("BOOTSTRAP_SERVERS")}
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script, str(tmp_path / "b")],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert parent.stdout is not None and parent.stdout.readline().strip() == "up"
+    broker = Broker.load(tmp_path / "b")
+    assert broker is not None and broker.alive()
+    parent.kill()
+    parent.wait()
+    for _ in range(100):
+        if not broker.alive():
+            break
+        time.sleep(0.2)
+    assert not broker.alive(), "the broker outlived the process that started it"
