@@ -8,6 +8,7 @@ dots written as underscores (RUNSTATE_KAFKA_SASL_MECHANISM=PLAIN -> sasl.mechani
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 KAFKA_ENV_PREFIX = "RUNSTATE_KAFKA_"
@@ -46,12 +47,12 @@ class KafkaSettings:
         config.pop("bootstrap.servers", None)
         return cls(bootstrap, config)
 
-    def client(self, **overrides: str | int | float | bool) -> dict[str, str | int | float | bool]:
+    def client(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Settings for a confluent-kafka client: ours, then the user's, then overrides."""
         # log_level 4: librdkafka's info lines (disconnects at exit) are noise for users.
         return {
             "bootstrap.servers": self.bootstrap_servers,
             "log_level": 4,
             **self.client_config,
-            **overrides,
+            **(overrides or {}),
         }

@@ -10,8 +10,9 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
+from processor.keyring import Keyring
 from schemas.base import describe_errors
 from schemas.codes import RejectionCode
 from schemas.messages import Principal, Proposal, Rejection
@@ -31,25 +32,11 @@ class Undecodable:
     reason: str
 
 
-class KeyEntry(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    secret: str = Field(min_length=16, description="Shared HMAC-SHA256 secret.")
-    source: str
-    authority: str
-
-
-class Keyring(BaseModel):
-    """key id -> secret and the principal it proves. Loaded from a file or the environment."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    keys: dict[str, KeyEntry]
-
-
 def sign(value: bytes, secret: str) -> str:
     return hmac.new(secret.encode(), value, hashlib.sha256).hexdigest()
 
 
-def signed_headers(value: bytes, key_id: str, secret: str) -> list[tuple[str, bytes]]:
+def signed_headers(value: bytes, key_id: str, secret: str) -> list[tuple[str, str | bytes | None]]:
     return [(HEADER_KEY_ID, key_id.encode()), (HEADER_SIGNATURE, sign(value, secret).encode())]
 
 

@@ -5,6 +5,7 @@ from schemas.codes import RejectionCode
 from schemas.machine import EventSpec, Guard, GuardKind, MachineSpec, RetryPolicy, TransitionSpec
 from schemas.messages import (
     CreatePayload,
+    DeadLetter,
     Deadlines,
     FactPayload,
     Principal,
@@ -23,6 +24,7 @@ from schemas.messages import (
 __all__ = [
     "SCHEMA_VERSION",
     "CreatePayload",
+    "DeadLetter",
     "Deadlines",
     "EventSpec",
     "FactPayload",

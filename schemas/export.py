@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from schemas.machine import MachineSpec
 from schemas.messages import (
     CreatePayload,
+    DeadLetter,
     FactPayload,
     Proposal,
     Rejection,
@@ -32,6 +33,7 @@ EXPORTED: dict[str, type[BaseModel]] = {
     "rejection": Rejection,
     "run_snapshot": RunSnapshot,
     "machine_spec": MachineSpec,
+    "dead_letter": DeadLetter,
     "payload.create": CreatePayload,
     "payload.fact": FactPayload,
     "payload.step_started": StepStartedPayload,

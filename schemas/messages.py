@@ -162,3 +162,16 @@ class Rejection(VersionedMessage):
         default=None, description="For 'duplicate_step': the stored result of the step."
     )
     at_ms: int
+
+
+class DeadLetter(VersionedMessage):
+    """A record that is not a proposal at all, set aside with the reason; the partition
+    keeps flowing. The original bytes are kept (base64) for inspection and replay."""
+
+    error: str
+    topic: str
+    partition: int
+    offset: int
+    key_base64: str | None = None
+    value_base64: str | None = None
+    at_ms: int

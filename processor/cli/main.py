@@ -3,8 +3,11 @@
 import click
 
 from processor.cli.broker import broker
+from processor.cli.keys import keys
 from processor.cli.machines import machines
+from processor.cli.runs import create, get, history, propose, tail
 from processor.cli.topics import topics
+from processor.cli.worker import worker
 
 
 @click.group(
@@ -26,9 +29,8 @@ def cli() -> None:
     """
 
 
-cli.add_command(broker)
-cli.add_command(machines)
-cli.add_command(topics)
+for command in (broker, topics, worker, create, propose, get, history, tail, machines, keys):
+    cli.add_command(command)
 
 
 def main() -> None:

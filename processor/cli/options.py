@@ -46,3 +46,20 @@ topic_prefix_option = option(
     default="runstate.",
     help="Prefix of every runstate topic name.",
 )
+
+keyring_file_option = option(
+    "--keyring-file",
+    env="KEYRING_FILE",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Keyring JSON (key id -> secret, source, authority). RUNSTATE_KEYRING may hold "
+    "the JSON itself instead.",
+)
+worker_url_option = option(
+    "--worker-url",
+    "worker_urls",
+    env="WORKER_URL",
+    multiple=True,
+    default=("http://127.0.0.1:8080",),
+    help="HTTP address of a worker (repeatable; the one owning the run answers).",
+)

@@ -73,7 +73,7 @@ def test_kafka_settings_pass_through(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = KafkaSettings.resolve(
         "b:9092", ["sasl.mechanism=SCRAM-SHA-512", "ssl.ca.location=/ca"]
     )
-    client = settings.client(**{"group.id": "g"})
+    client = settings.client({"group.id": "g"})
     assert client["bootstrap.servers"] == "b:9092"
     assert client["sasl.mechanism"] == "SCRAM-SHA-512"  # flag wins over environment
     assert client["ssl.ca.location"] == "/ca" and client["group.id"] == "g"

@@ -6,13 +6,13 @@ import pytest
 
 from processor.engine import Commit, decide
 from processor.intake import (
-    Keyring,
     Undecodable,
     authenticate,
     decode_proposal,
     reject_unauthenticated,
     signed_headers,
 )
+from processor.keyring import Keyring
 from processor.machines import builtin_machines
 from schemas import Proposal, Rejection, RejectionCode
 from tests.unit.driver import MODEL, RUNTIME, TOOL, Driver

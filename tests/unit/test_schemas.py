@@ -21,7 +21,14 @@ def test_json_schema_files_match_the_models() -> None:
 
 
 def test_every_message_schema_carries_schema_version() -> None:
-    for name in ("proposal", "transition", "rejection", "run_snapshot", "machine_spec"):
+    for name in (
+        "proposal",
+        "transition",
+        "rejection",
+        "run_snapshot",
+        "machine_spec",
+        "dead_letter",
+    ):
         schema = json.loads((JSON_DIR / f"{name}.schema.json").read_text())
         assert "schema_version" in schema["properties"], name
         assert schema.get("additionalProperties") is False, name

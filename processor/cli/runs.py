@@ -1,0 +1,265 @@
+"""`runstate create|propose|get|history|tail`: work with runs from a shell."""
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from confluent_kafka import Consumer, TopicPartition
+
+from processor.cli.options import (
+    bootstrap_option,
+    kafka_setting_option,
+    keyring_file_option,
+    option,
+    topic_prefix_option,
+    worker_url_option,
+)
+from processor.client import OutcomeTimeout, RunReader, RunstateClient
+from processor.config import KafkaSettings
+from processor.keyring import KeyringError, load_keyring
+from processor.topics import TopicNames
+from schemas.messages import Rejection
+
+key_id_option = option(
+    "--key-id",
+    env="KEY_ID",
+    default="runtime",
+    help="Which key of the keyring signs (it decides your authority).",
+)
+wait_option = option(
+    "--wait/--no-wait",
+    env="WAIT",
+    default=True,
+    help="Wait for the outcome and print it; exit 1 on a rejection.",
+)
+timeout_option = option(
+    "--timeout", env="TIMEOUT", type=float, default=30.0, help="Seconds to wait for an outcome."
+)
+
+
+def _client(
+    bootstrap: str | None,
+    kafka_settings: tuple[str, ...],
+    prefix: str,
+    keyring_file: Path | None,
+    key_id: str,
+    worker_urls: tuple[str, ...] = (),
+) -> RunstateClient:
+    try:
+        settings = KafkaSettings.resolve(bootstrap, kafka_settings)
+        keyring = load_keyring(keyring_file, os.environ.get("RUNSTATE_KEYRING"))
+    except (ValueError, KeyringError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    entry = keyring.keys.get(key_id)
+    if entry is None:
+        raise click.ClickException(
+            f"no key '{key_id}' in the keyring; have: {', '.join(sorted(keyring.keys))}"
+        )
+    return RunstateClient(
+        settings,
+        TopicNames.with_prefix(prefix),
+        key_id=key_id,
+        secret=entry.secret,
+        worker_urls=worker_urls,
+    )
+
+
+def _finish(client: RunstateClient, proposal_id: str, wait: bool, timeout: float) -> None:
+    client.flush()
+    if not wait:
+        click.echo(json.dumps({"proposal_id": proposal_id}))
+        return
+    try:
+        outcome = client.wait(proposal_id, timeout)
+    except OutcomeTimeout as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        client.close()
+    click.echo(outcome.model_dump_json())
+    if isinstance(outcome, Rejection):
+        sys.exit(1)
+
+
+@click.command()
+@click.argument("run_id")
+@click.argument("machine")
+@option("--max-retries", env="MAX_RETRIES", type=int, default=None, help="Retry budget.")
+@option(
+    "--success-criterion",
+    "success_criteria",
+    env="SUCCESS_CRITERIA",
+    multiple=True,
+    help="A fact that must be recorded before completion (repeatable).",
+)
+@option("--proposal-id", env="PROPOSAL_ID", default=None, help="Give one to retry safely.")
+@bootstrap_option
+@kafka_setting_option
+@topic_prefix_option
+@keyring_file_option
+@key_id_option
+@wait_option
+@timeout_option
+def create(
+    run_id: str,
+    machine: str,
+    max_retries: int | None,
+    success_criteria: tuple[str, ...],
+    proposal_id: str | None,
+    bootstrap_servers: str | None,
+    kafka_settings: tuple[str, ...],
+    topic_prefix: str,
+    keyring_file: Path | None,
+    key_id: str,
+    wait: bool,
+    timeout: float,
+) -> None:
+    """Create run RUN_ID on MACHINE (revision 0 in the machine's initial state)."""
+    client = _client(bootstrap_servers, kafka_settings, topic_prefix, keyring_file, key_id)
+    if wait:
+        client.waiter()
+    pid = client.create(
+        run_id,
+        machine,
+        max_retries=max_retries,
+        success_criteria=list(success_criteria) or None,
+        proposal_id=proposal_id,
+    )
+    _finish(client, pid, wait, timeout)
+
+
+@click.command()
+@click.argument("run_id")
+@click.argument("event")
+@option("--payload", env="PAYLOAD", default=None, help="Event payload as a JSON object.")
+@option("--reason", env="REASON", default=None, help="Reason, where the machine needs one.")
+@option("--expected-revision", env="EXPECTED_REVISION", type=int, default=None, help="CAS check.")
+@option("--proposal-id", env="PROPOSAL_ID", default=None, help="Give one to retry safely.")
+@bootstrap_option
+@kafka_setting_option
+@topic_prefix_option
+@keyring_file_option
+@key_id_option
+@wait_option
+@timeout_option
+def propose(
+    run_id: str,
+    event: str,
+    payload: str | None,
+    reason: str | None,
+    expected_revision: int | None,
+    proposal_id: str | None,
+    bootstrap_servers: str | None,
+    kafka_settings: tuple[str, ...],
+    topic_prefix: str,
+    keyring_file: Path | None,
+    key_id: str,
+    wait: bool,
+    timeout: float,
+) -> None:
+    """Propose EVENT for run RUN_ID, signed with --key-id; print the outcome."""
+    try:
+        data: Any = json.loads(payload) if payload else {}
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="--payload") from exc
+    if not isinstance(data, dict):
+        raise click.BadParameter("must be a JSON object", param_hint="--payload")
+    client = _client(bootstrap_servers, kafka_settings, topic_prefix, keyring_file, key_id)
+    if wait:
+        client.waiter()
+    pid = client.propose(
+        run_id,
+        event,
+        payload=data,
+        reason=reason,
+        expected_revision=expected_revision,
+        proposal_id=proposal_id,
+    )
+    _finish(client, pid, wait, timeout)
+
+
+def _reader(worker_urls: tuple[str, ...]) -> RunReader:
+    return RunReader(worker_urls)
+
+
+@click.command()
+@click.argument("run_id")
+@worker_url_option
+def get(run_id: str, worker_urls: tuple[str, ...]) -> None:
+    """Print run RUN_ID's committed snapshot (JSON), from a worker's HTTP API."""
+    try:
+        snapshot = _reader(worker_urls).snapshot(run_id)
+    except LookupError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if snapshot is None:
+        raise click.ClickException(f"no run '{run_id}'")
+    click.echo(snapshot.model_dump_json(indent=2))
+
+
+@click.command()
+@click.argument("run_id")
+@worker_url_option
+def history(run_id: str, worker_urls: tuple[str, ...]) -> None:
+    """Print run RUN_ID's transitions as JSON lines, oldest first."""
+    try:
+        transitions = _reader(worker_urls).history(run_id)
+    except LookupError as exc:
+        raise click.ClickException(str(exc)) from exc
+    for transition in transitions:
+        click.echo(transition.model_dump_json())
+
+
+@click.command()
+@click.argument(
+    "what", type=click.Choice(["transitions", "rejections", "dlq"]), default="transitions"
+)
+@option("--from-beginning", env="FROM_BEGINNING", is_flag=True, help="Start at offset 0.")
+@option("--limit", env="LIMIT", type=int, default=0, help="Stop after this many (0: follow).")
+@bootstrap_option
+@kafka_setting_option
+@topic_prefix_option
+def tail(
+    what: str,
+    from_beginning: bool,
+    limit: int,
+    bootstrap_servers: str | None,
+    kafka_settings: tuple[str, ...],
+    topic_prefix: str,
+) -> None:
+    """Follow transitions, rejections or DLQ records as JSON lines (read_committed)."""
+    settings = KafkaSettings.resolve(bootstrap_servers, kafka_settings)
+    topics = TopicNames.with_prefix(topic_prefix)
+    topic = {"transitions": topics.transitions, "rejections": topics.rejections}.get(
+        what, topics.dlq
+    )
+    consumer = Consumer(
+        settings.client(
+            {
+                "group.id": "runstate-tail",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            }
+        )
+    )
+    meta = consumer.list_topics(topic, timeout=30).topics[topic]
+    if meta.error is not None:
+        raise click.ClickException(f"{topic}: {meta.error}; run `runstate topics create`?")
+    start = []
+    for p in meta.partitions:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+        start.append(TopicPartition(topic, p, low if from_beginning else high))
+    consumer.assign(start)
+    seen = 0
+    try:
+        while limit == 0 or seen < limit:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error() is not None:
+                continue
+            click.echo((msg.value() or b"").decode())
+            seen += 1
+    except KeyboardInterrupt:
+        pass
+    finally:
+        consumer.close()

@@ -1,0 +1,131 @@
+"""`runstate worker`: the native exactly-once stream processor."""
+
+import logging
+import os
+import signal
+from pathlib import Path
+
+import click
+from rich.logging import RichHandler
+
+from processor.cli.options import (
+    bootstrap_option,
+    kafka_setting_option,
+    keyring_file_option,
+    machine_path_option,
+    option,
+    topic_prefix_option,
+)
+from processor.config import KafkaSettings
+from processor.engine.parse import MachineFileError
+from processor.keyring import KeyringError, load_keyring
+from processor.machines import load_catalog
+from processor.runtime.http import serve
+from processor.runtime.worker import Worker, WorkerConfig, WorkerError
+from processor.topics import TopicNames
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(),
+        format="%(name)s: %(message)s",
+        handlers=[RichHandler(show_path=False, rich_tracebacks=True)],
+    )
+
+
+@click.command()
+@bootstrap_option
+@kafka_setting_option
+@topic_prefix_option
+@option("--group-id", env="GROUP_ID", default="runstate", help="Consumer group of the workers.")
+@option(
+    "--state-dir",
+    env="STATE_DIR",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("state"),
+    help="Where this worker keeps its RocksDB partition stores (one directory per worker).",
+)
+@option(
+    "--worker-id",
+    env="WORKER_ID",
+    default=None,
+    help="Stable id of this worker (transactional.id suffix); kept in the state dir.",
+)
+@keyring_file_option
+@machine_path_option
+@option("--http-host", env="HTTP_HOST", default="127.0.0.1", help="HTTP API bind address.")
+@option("--http-port", env="HTTP_PORT", type=int, default=8080, help="HTTP API port (0: free).")
+@option(
+    "--commit-interval-ms",
+    env="COMMIT_INTERVAL_MS",
+    type=click.IntRange(min=1),
+    default=100,
+    help="Checkpoint (commit the transaction) at least this often.",
+)
+@option(
+    "--commit-max-records",
+    env="COMMIT_MAX_RECORDS",
+    type=click.IntRange(min=1),
+    default=1000,
+    help="...or after this many proposals, whichever comes first.",
+)
+@option(
+    "--max-proposal-bytes",
+    env="MAX_PROPOSAL_BYTES",
+    type=click.IntRange(min=256),
+    default=64 * 1024,
+    help="Larger proposals are refused schema_invalid.",
+)
+@option("--log-level", env="LOG_LEVEL", default="info", help="debug, info, warning, error.")
+def worker(
+    bootstrap_servers: str | None,
+    kafka_settings: tuple[str, ...],
+    topic_prefix: str,
+    group_id: str,
+    state_dir: Path,
+    worker_id: str | None,
+    keyring_file: Path | None,
+    machine_paths: tuple[Path, ...],
+    http_host: str,
+    http_port: int,
+    commit_interval_ms: int,
+    commit_max_records: int,
+    max_proposal_bytes: int,
+    log_level: str,
+) -> None:
+    """Run a worker: decide proposals, publish transitions and rejections exactly once.
+
+    Start more workers with the same --group-id (each with its own --state-dir) to
+    share the partitions. SIGTERM or Ctrl-C commits what is in flight and leaves.
+    """
+    setup_logging(log_level)
+    try:
+        settings = KafkaSettings.resolve(bootstrap_servers, kafka_settings)
+        keyring = load_keyring(keyring_file, os.environ.get("RUNSTATE_KEYRING"))
+        machines = load_catalog(machine_paths)
+        running = Worker(
+            WorkerConfig(
+                kafka=settings,
+                topics=TopicNames.with_prefix(topic_prefix),
+                keyring=keyring,
+                machines=machines,
+                state_dir=state_dir,
+                group_id=group_id,
+                worker_id=worker_id,
+                commit_interval_ms=commit_interval_ms,
+                commit_max_records=commit_max_records,
+                max_proposal_bytes=max_proposal_bytes,
+            )
+        )
+        running.start()
+    except (ValueError, KeyringError, MachineFileError, WorkerError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    server = serve(running, http_host, http_port)
+    host, port = server.server_address[:2]
+    logging.getLogger("runstate.worker").info("HTTP API on http://%s:%s", host, port)
+    signal.signal(signal.SIGTERM, lambda *_: running.stop())
+    signal.signal(signal.SIGINT, lambda *_: running.stop())
+    try:
+        running.run()
+    finally:
+        server.shutdown()

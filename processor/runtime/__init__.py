@@ -1,0 +1,1 @@
+"""The native runtime: confluent-kafka consumer and transactional producer, rocksdict stores."""

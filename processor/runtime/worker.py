@@ -1,0 +1,426 @@
+"""The native worker: proposals in, transitions/rejections/DLQ out, exactly once.
+
+Per checkpoint (about every 100 ms, or every N records), in this order:
+1. decide each consumed proposal against the partition store (staged changes seen);
+2. produce its outcome and, for a commit, the run's snapshot to the changelog, all to
+   the same partition number as the proposal, inside one Kafka transaction;
+3. add the consumed offsets to the transaction (EOS v2: group metadata) and commit;
+4. only then write the staged snapshots, history and the changelog/transitions
+   offsets to RocksDB in one WriteBatch.
+On any failure before 4 the transaction is aborted, staged state dropped and the
+consumer rewound to the committed offsets: nothing is half-applied.
+"""
+
+import fcntl
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient
+
+from processor.config import KafkaSettings
+from processor.engine import Commit, Machine
+from processor.intake import DEFAULT_MAX_PROPOSAL_BYTES
+from processor.keyring import Keyring
+from processor.pipeline import DeadLetterReason, decide_record
+from processor.runtime.outputs import dead_letter_value
+from processor.runtime.restore import restore_partitions
+from processor.runtime.store import PartitionStore
+from processor.topics import TopicNames, describe_topics, plan_topics
+
+log = logging.getLogger("runstate.worker")
+
+
+class WorkerError(RuntimeError):
+    """The worker cannot run as configured; the message says what to change."""
+
+
+@dataclass
+class WorkerConfig:
+    kafka: KafkaSettings
+    topics: TopicNames
+    keyring: Keyring
+    machines: Mapping[str, Machine]
+    state_dir: Path
+    group_id: str = "runstate"
+    worker_id: str | None = None
+    commit_interval_ms: int = 100
+    commit_max_records: int = 1_000
+    max_proposal_bytes: int = DEFAULT_MAX_PROPOSAL_BYTES
+    transaction_timeout_ms: int = 10_000
+    http_host: str = "127.0.0.1"
+    http_port: int | None = 0  # None: no HTTP server; 0: a free port
+
+
+@dataclass
+class WorkerStats:
+    proposals: int = 0
+    transitions: int = 0
+    rejections: int = 0
+    dead_letters: int = 0
+    checkpoints: int = 0
+    aborts: int = 0
+    restored_records: int = 0
+    started_at: float = field(default_factory=time.time)
+
+
+class Worker:
+    def __init__(self, config: WorkerConfig) -> None:
+        self.config = config
+        self.topics = config.topics
+        self.stats = WorkerStats()
+        self.stores: dict[int, PartitionStore] = {}
+        self.stores_lock = threading.RLock()  # HTTP threads read stores
+        self.partitions = 0
+        self.http_address: str | None = None
+        self._stop = threading.Event()
+        self._txn_open = False
+        self._txn_started = 0.0
+        self._pending = 0
+        self._positions: dict[int, int] = {}
+        self._delivered: dict[tuple[str, int], int] = {}
+        self._delivery_error: KafkaError | None = None
+        self._state_root = config.state_dir / config.group_id / config.topics.proposals
+        self._lock_file: Any = None
+        self.worker_id = self._claim_state_dir(config.worker_id)
+        self.consumer: Consumer | None = None
+        self.producer: Producer | None = None
+
+    # -- life cycle ------------------------------------------------------------
+    def _claim_state_dir(self, worker_id: str | None) -> str:
+        self._state_root.mkdir(parents=True, exist_ok=True)
+        self._lock_file = open(self._state_root / "LOCK", "w")  # noqa: SIM115 - held for life
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            raise WorkerError(
+                f"another worker uses {self._state_root}; give each worker its own --state-dir"
+            ) from exc
+        id_file = self._state_root / "worker_id"
+        if worker_id is None:
+            worker_id = id_file.read_text().strip() if id_file.exists() else uuid.uuid4().hex[:12]
+        id_file.write_text(worker_id)
+        return worker_id
+
+    def _check_topics(self) -> None:
+        admin = AdminClient(self.config.kafka.client())
+        try:
+            metadata = admin.list_topics(timeout=30)
+        except KafkaException as exc:
+            raise WorkerError(
+                f"cannot reach Kafka at {self.config.kafka.bootstrap_servers}: {exc}"
+            ) from exc
+        proposals = metadata.topics.get(self.topics.proposals)
+        if proposals is None or proposals.error is not None:
+            raise WorkerError(
+                f"topic {self.topics.proposals} does not exist; run `runstate topics create`"
+            )
+        self.partitions = len(proposals.partitions)
+        plans = plan_topics(self.topics, self.partitions, 1)
+        # Co-partitioning matters (outputs go to the proposal's partition number);
+        # replication and retention are the operator's business, so not checked here.
+        drift = [
+            d
+            for d in describe_topics(admin, plans)
+            if d.setting in ("existence", "partitions", "cleanup.policy")
+        ]
+        if drift:
+            raise WorkerError(
+                "topics do not fit the worker: "
+                + "; ".join(str(d) for d in drift)
+                + ". Fix with `runstate topics create` (or recreate the topics)."
+            )
+
+    def start(self) -> None:
+        self._check_topics()
+        settings = self.config.kafka
+        self.producer = Producer(
+            settings.client(
+                {
+                    "transactional.id": f"{self.config.group_id}-{self.worker_id}",
+                    "transaction.timeout.ms": self.config.transaction_timeout_ms,
+                    "linger.ms": 5,
+                    "compression.type": "lz4",
+                    "on_delivery": self._on_delivery,
+                }
+            )
+        )
+        # Fences (aborts) whatever a previous run of this worker left open.
+        self.producer.init_transactions(60)
+        self.consumer = Consumer(
+            settings.client(
+                {
+                    "group.id": self.config.group_id,
+                    "enable.auto.commit": False,
+                    "auto.offset.reset": "earliest",
+                    "isolation.level": "read_committed",
+                    "partition.assignment.strategy": "cooperative-sticky",
+                    "enable.partition.eof": False,
+                }
+            )
+        )
+        self.consumer.subscribe(
+            [self.topics.proposals],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+        log.info(
+            "worker %s joined group %s on %s (%d partitions)",
+            self.worker_id,
+            self.config.group_id,
+            self.topics.proposals,
+            self.partitions,
+        )
+
+    def stop(self) -> None:
+        """Ask the loop to finish: it commits what it has, leaves the group, closes."""
+        self._stop.set()
+
+    def run(self) -> None:
+        """Process until `stop()`; then checkpoint, leave the group and close stores."""
+        if self.consumer is None:
+            self.start()
+        assert self.consumer is not None and self.producer is not None
+        interval = self.config.commit_interval_ms / 1000
+        try:
+            while not self._stop.is_set():
+                for msg in self.consumer.consume(num_messages=500, timeout=0.05):
+                    err = msg.error()
+                    if err is not None:
+                        if err.fatal():
+                            raise KafkaException(err)
+                        log.warning("consumer: %s", err)
+                        continue
+                    self._process(msg)
+                if self._txn_open and (
+                    self._pending >= self.config.commit_max_records
+                    or time.monotonic() - self._txn_started >= interval
+                ):
+                    self._checkpoint()
+                self.producer.poll(0)
+            self._checkpoint()
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        if self.consumer is not None:
+            try:
+                self.consumer.close()  # leaves the group: on_revoke checkpoints first
+            except (KafkaException, RuntimeError) as exc:
+                log.warning("closing consumer: %s", exc)
+            self.consumer = None
+        if self.producer is not None:
+            if self._txn_open:
+                self._abort("shutting down with an open transaction")
+            self.producer.flush(10)
+            self.producer = None
+        with self.stores_lock:
+            for store in self.stores.values():
+                store.close()
+            self.stores.clear()
+        if self._lock_file is not None:
+            self._lock_file.close()
+            self._lock_file = None
+        log.info("worker %s stopped", self.worker_id)
+
+    # -- processing ------------------------------------------------------------
+    def _process(self, msg: Message) -> None:
+        partition = msg.partition() or 0
+        store = self.stores.get(partition)
+        if store is None:  # fetched before a revoke; not ours any more
+            return
+        _, timestamp = msg.timestamp()
+        outcome = decide_record(
+            msg.key(),
+            msg.value(),
+            msg.headers(),
+            timestamp,
+            keyring=self.config.keyring,
+            machines=self.config.machines,
+            lookup=store.snapshot,
+            max_bytes=self.config.max_proposal_bytes,
+        )
+        if not self._txn_open:
+            assert self.producer is not None
+            self.producer.begin_transaction()
+            self._txn_open = True
+            self._txn_started = time.monotonic()
+        key = msg.key()
+        if isinstance(outcome, Commit):
+            run_key = outcome.snapshot.run_id.encode()
+            self._produce(
+                self.topics.transitions, run_key, outcome.transition.model_dump_json(), partition
+            )
+            self._produce(
+                self.topics.changelog, run_key, outcome.snapshot.model_dump_json(), partition
+            )
+            store.stage(outcome)
+            self.stats.transitions += 1
+        elif isinstance(outcome, DeadLetterReason):
+            value = dead_letter_value(msg, outcome.reason, timestamp)
+            self._produce(self.topics.dlq, key, value, partition)
+            self.stats.dead_letters += 1
+        else:
+            rejection_key = outcome.run_id.encode() if outcome.run_id is not None else key
+            self._produce(
+                self.topics.rejections, rejection_key, outcome.model_dump_json(), partition
+            )
+            self.stats.rejections += 1
+        self.stats.proposals += 1
+        self._positions[partition] = (msg.offset() or 0) + 1
+        self._pending += 1
+
+    def _produce(self, topic: str, key: bytes | None, value: str, partition: int) -> None:
+        """Outputs go to the proposal's partition number: co-partitioned with the input."""
+        assert self.producer is not None
+        while True:
+            try:
+                self.producer.produce(topic, value=value.encode(), key=key, partition=partition)
+                return
+            except BufferError:
+                self.producer.poll(0.05)  # local queue full: let deliveries drain
+
+    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self._delivery_error = err
+            return
+        key = (msg.topic() or "", msg.partition() or 0)
+        offset = msg.offset() or 0
+        if offset >= self._delivered.get(key, -1):
+            self._delivered[key] = offset
+
+    # -- checkpoints -----------------------------------------------------------
+    def _checkpoint(self) -> None:
+        if not self._txn_open:
+            return
+        assert self.producer is not None and self.consumer is not None
+        try:
+            if self.producer.flush(30) > 0:
+                raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "flush timed out"))
+            if self._delivery_error is not None:
+                raise KafkaException(self._delivery_error)
+            offsets = [
+                TopicPartition(self.topics.proposals, p, off) for p, off in self._positions.items()
+            ]
+            self.producer.send_offsets_to_transaction(
+                offsets, self.consumer.consumer_group_metadata(), 30
+            )
+            self._commit_transaction()
+        except KafkaException as exc:
+            self._abort(f"checkpoint failed: {exc}")
+            return
+        self._txn_open = False
+        # The transaction is durable: now, and only now, move the local stores.
+        for partition, store in self.stores.items():
+            offsets_now = {
+                topic: self._delivered[(topic, partition)] + 1
+                for topic in (self.topics.changelog, self.topics.transitions)
+                if (topic, partition) in self._delivered
+            }
+            store.flush(offsets_now)
+        self.stats.checkpoints += 1
+        self._reset_batch()
+
+    def _commit_transaction(self) -> None:
+        assert self.producer is not None
+        for attempt in range(5):
+            try:
+                self.producer.commit_transaction(30)
+                return
+            except KafkaException as exc:
+                error = exc.args[0]
+                if error.retriable() and attempt < 4:
+                    continue
+                raise
+
+    def _abort(self, why: str) -> None:
+        """Drop the open transaction and everything staged; rewind to committed offsets."""
+        log.warning("aborting transaction: %s", why)
+        assert self.producer is not None
+        try:
+            self.producer.abort_transaction(30)
+        except KafkaException as exc:
+            if exc.args[0].fatal():
+                raise
+            log.warning("abort_transaction: %s", exc)
+        self._txn_open = False
+        for store in self.stores.values():
+            store.discard_staged()
+        self._rewind(list(self.stores))
+        self._reset_batch()
+        self.stats.aborts += 1
+
+    def _reset_batch(self) -> None:
+        self._positions.clear()
+        self._delivered.clear()
+        self._delivery_error = None
+        self._pending = 0
+
+    def _rewind(self, partitions: list[int]) -> None:
+        if not partitions or self.consumer is None:
+            return
+        committed = self.consumer.committed(
+            [TopicPartition(self.topics.proposals, p) for p in partitions], timeout=30
+        )
+        for tp in committed:
+            offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+            try:
+                self.consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+            except KafkaException as exc:  # not yet fetching: the committed offset applies
+                log.debug("seek %s: %s", tp, exc)
+
+    # -- rebalancing -----------------------------------------------------------
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        assigned = sorted(tp.partition for tp in partitions)
+        if not assigned:
+            return
+        new = {p: PartitionStore(self._state_root / f"p{p}") for p in assigned}
+        self.stats.restored_records += restore_partitions(self.config.kafka, self.topics, new)
+        with self.stores_lock:
+            self.stores.update(new)
+        log.info("assigned partitions %s (now %s)", assigned, sorted(self.stores))
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Commit what was processed while the generation is still valid, then let go.
+        self._checkpoint()
+        self._drop([tp.partition for tp in partitions])
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Another worker owns them already: our open transaction must not commit.
+        if self._txn_open:
+            self._abort("partitions lost")
+        self._drop([tp.partition for tp in partitions])
+
+    def _drop(self, partitions: list[int]) -> None:
+        with self.stores_lock:
+            for p in partitions:
+                store = self.stores.pop(p, None)
+                if store is not None:
+                    store.close()
+                self._positions.pop(p, None)
+        if partitions:
+            log.info("released partitions %s (now %s)", sorted(partitions), sorted(self.stores))
+
+    # -- queries (HTTP threads) -------------------------------------------------
+    def owner_store(self, partition: int) -> PartitionStore | None:
+        return self.stores.get(partition)
+
+
+def default_state_dir() -> Path:
+    return Path(os.environ.get("RUNSTATE_STATE_DIR", "./state"))
