@@ -1,0 +1,173 @@
+"""The native worker on a real broker: exactly once, across stops, kills and restores."""
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from processor.intake import signed_headers
+from processor.topics import TopicNames
+from schemas.codes import RejectionCode
+from schemas.messages import Proposal
+from tests.integration.harness import (
+    Env,
+    WorkerProcess,
+    assert_exactly_once,
+    make_env,
+    published,
+    send,
+    wait_for_outcomes,
+    workload,
+)
+
+
+@pytest.fixture
+def env(kafka_bootstrap: str, topic_names: TopicNames, tmp_path: Path) -> Env:
+    return make_env(kafka_bootstrap, topic_names, tmp_path)
+
+
+def test_10k_proposals_over_1k_runs_exactly_once(env: Env) -> None:
+    plan = workload(runs=1_000, proposals=10_000)
+    worker = WorkerProcess(env, env.tmp / "w1")
+    try:
+        worker.wait_ready(partitions=3)
+        send(env, plan)
+        result = wait_for_outcomes(env, len(plan))
+        assert_exactly_once(env, plan, result)
+        # the worker's HTTP API serves the same committed snapshots
+        for run_id in list(result.snapshots)[:50]:
+            assert worker.snapshot(run_id) == result.snapshots[run_id]
+    finally:
+        assert worker.terminate() == 0, worker.log()
+
+
+@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
+def test_worker_stopped_mid_stream_loses_and_repeats_nothing(env: Env, how: str) -> None:
+    plan = workload(runs=1_000, proposals=10_000, seed=11)
+    state = env.tmp / "w1"
+    worker = WorkerProcess(env, state)
+    worker.wait_ready(partitions=3)
+    send(env, plan)
+    # stop it once it is well into the stream
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        health = worker.health()
+        if health is not None and health["stats"]["proposals"] >= 2_000:
+            break
+        time.sleep(0.05)
+    if how == "sigterm":
+        assert worker.terminate() == 0, worker.log()
+    else:
+        worker.kill()
+    partial = published(env)
+    assert len(partial.transitions) + len(partial.rejections) < len(plan), "stopped too late"
+    again = WorkerProcess(env, state)
+    try:
+        again.wait_ready(partitions=3)
+        result = wait_for_outcomes(env, len(plan))
+        assert_exactly_once(env, plan, result)
+    finally:
+        assert again.terminate() == 0, again.log()
+
+
+def test_empty_state_dir_restores_from_the_changelog(env: Env) -> None:
+    plan = workload(runs=300, proposals=3_000, seed=5)
+    first = WorkerProcess(env, env.tmp / "w1")
+    first.wait_ready(partitions=3)
+    send(env, plan)
+    result = wait_for_outcomes(env, len(plan))
+    before = {run_id: first.snapshot(run_id) for run_id in result.snapshots}
+    assert first.terminate() == 0
+    shutil.rmtree(env.tmp / "w1")
+    fresh = WorkerProcess(env, env.tmp / "w2")
+    try:
+        fresh.wait_ready(partitions=3)
+        health = fresh.health()
+        assert health is not None and health["stats"]["restored_records"] > 0
+        after = {run_id: fresh.snapshot(run_id) for run_id in result.snapshots}
+        assert after == before
+        # and it carries on from there
+        client = env.client()
+        run_id = next(iter(before))
+        outcome = client.propose_and_wait(run_id, "no_such_event", timeout=30)
+        assert outcome.revision == before[run_id].revision  # type: ignore[union-attr]
+        client.close()
+    finally:
+        assert fresh.terminate() == 0, fresh.log()
+
+
+def test_garbage_goes_to_the_dlq_while_good_records_flow(env: Env) -> None:
+    worker = WorkerProcess(env, env.tmp / "w1")
+    try:
+        worker.wait_ready(partitions=3)
+        client = env.client()
+        garbage = [b"\x00\xff\xfe", b"not json at all", b"[1,2,3]", b'"a string"', b"{"]
+        good = []
+        for i, junk in enumerate(garbage):
+            client.send_raw(f"junk-{i}".encode(), junk)
+            good.append(client.create(f"good-{i}", "task_lifecycle"))
+        client.flush()
+        result = wait_for_outcomes(env, len(garbage) + len(good), timeout=60)
+        assert result.dead_letters == len(garbage)
+        assert {t.proposal_id for t in result.transitions} == set(good)
+        client.close()
+    finally:
+        assert worker.terminate() == 0, worker.log()
+
+
+def test_forged_unsigned_and_unauthorized(env: Env) -> None:
+    worker = WorkerProcess(env, env.tmp / "w1")
+    try:
+        worker.wait_ready(partitions=3)
+        runtime = env.client("runtime")
+        assert runtime.create_and_wait("r1", "owned_run", timeout=30).to_state == "queued"  # type: ignore[union-attr]
+        runtime.propose_and_wait("r1", "run_started", timeout=30)
+
+        def raw(event: str, proposal_id: str) -> bytes:
+            return (
+                Proposal(proposal_id=proposal_id, run_id="r1", event=event)
+                .model_dump_json(exclude_none=True)
+                .encode()
+            )
+
+        unsigned = raw("run_cancelled", "unsigned")
+        runtime.send_raw(b"r1", unsigned, headers=[])
+        forged = raw("run_cancelled", "forged")
+        runtime.send_raw(b"r1", forged, signed_headers(forged, "runtime", "x" * 64))
+        tampered = raw("run_cancelled", "tampered")
+        runtime.send_raw(
+            b"r1",
+            tampered,
+            signed_headers(
+                raw("run_started", "tampered"), "runtime", env.keyring.keys["runtime"].secret
+            ),
+        )
+        runtime.flush()
+        for pid in ("unsigned", "forged", "tampered"):
+            outcome = runtime.wait(pid, 30)
+            assert outcome.code is RejectionCode.UNAUTHENTICATED, outcome  # type: ignore[union-attr]
+
+        model = env.client("model")
+        refused = model.propose_and_wait("r1", "run_completed", expected_revision=1, timeout=30)
+        assert refused.code is RejectionCode.UNAUTHORIZED  # type: ignore[union-attr]
+        # a model cannot smuggle authority into the payload either
+        smuggled = json.dumps(
+            {
+                "proposal_id": "smuggle",
+                "run_id": "r1",
+                "event": "run_completed",
+                "authority": "runtime",
+            }
+        ).encode()
+        model.send_raw(
+            b"r1", smuggled, signed_headers(smuggled, "model", env.keyring.keys["model"].secret)
+        )
+        model.flush()
+        assert model.wait("smuggle", 30).code is RejectionCode.SCHEMA_INVALID  # type: ignore[union-attr]
+        assert worker.snapshot("r1").state == "running"  # type: ignore[union-attr]
+        model.close()
+        runtime.close()
+    finally:
+        assert worker.terminate() == 0, worker.log()
