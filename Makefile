@@ -1,10 +1,10 @@
-# The README's commands. `make test` is what CI runs (.ci/run).
+# The README's two commands: `make demo` and `make test` (what CI runs, via .ci/run).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test unit integration bench
+.PHONY: install demo test unit integration bench
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,6 +13,10 @@ $(STAMP): pyproject.toml
 
 ## install: a virtualenv in .venv with runstate and its dev tools
 install: $(STAMP)
+
+## demo: the main job end to end on a real broker it starts itself (runstate demo)
+demo: install
+	$(BIN)/runstate demo
 
 ## test: the whole suite (lint, types, unit, integration on a real broker) + engine coverage
 test: install

@@ -3,6 +3,7 @@
 import click
 
 from processor.cli.broker import broker
+from processor.cli.demo import demo
 from processor.cli.keys import keys
 from processor.cli.machines import machines
 from processor.cli.runs import create, get, history, propose, tail
@@ -29,7 +30,7 @@ def cli() -> None:
     """
 
 
-for command in (broker, topics, worker, create, propose, get, history, tail, machines, keys):
+for command in (demo, worker, create, propose, get, history, tail, topics, machines, broker, keys):
     cli.add_command(command)
 
 

@@ -1,22 +1,13 @@
 """Drive real worker processes and read back what they published, for integration tests."""
 
-import json
-import os
 import random
-import signal
-import subprocess
-import sys
 import time
-import urllib.request
 import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
-
-from processor.broker.launcher import free_port
 from processor.client import RunstateClient
 from processor.config import KafkaSettings
 from processor.engine import Commit
@@ -24,10 +15,10 @@ from processor.intake import signed_headers
 from processor.keyring import Keyring, dump_keyring, generate_keyring
 from processor.machines import builtin_machines
 from processor.pipeline import DeadLetterReason, decide_record
+from processor.readback import read_topics
+from processor.runtime.process import WorkerProcess as ProductWorkerProcess
 from processor.topics import TopicNames
 from schemas.messages import Proposal, Rejection, RunSnapshot, Transition
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -55,93 +46,29 @@ def make_env(bootstrap: str, topics: TopicNames, tmp: Path) -> Env:
     return Env(bootstrap, topics, keyring, path, tmp)
 
 
-class WorkerProcess:
-    """`runstate worker` in a subprocess, as an operator would run it."""
+class WorkerProcess(ProductWorkerProcess):
+    """The product's worker process, wired to a test's topics, keyring and group."""
 
     def __init__(self, env: Env, state_dir: Path, *extra: str) -> None:
-        self.env = env
-        self.state_dir = state_dir
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = env.tmp / f"worker-{uuid.uuid4().hex[:6]}.log"
-        prefix = env.topics.proposals.removesuffix("proposals")
-        command = [
-            sys.executable,
-            "-m",
-            "processor.cli.main",
-            "worker",
-            "--bootstrap-servers",
-            env.bootstrap,
-            "--topic-prefix",
-            prefix,
-            "--group-id",
-            env.group_id,
-            "--state-dir",
-            str(state_dir),
-            "--keyring-file",
-            str(env.keyring_path),
-            "--http-port",
-            str(self.port),
-            "-X",
-            "session.timeout.ms=6000",
-            "-X",
-            "heartbeat.interval.ms=1000",
-            *extra,
-        ]
-        clean_env = {k: v for k, v in os.environ.items() if not k.startswith("RUNSTATE_")}
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in wait()
-        self.proc = subprocess.Popen(
-            command, cwd=ROOT, env=clean_env, stdout=self._log, stderr=subprocess.STDOUT
+        super().__init__(
+            bootstrap=env.bootstrap,
+            topic_prefix=env.topics.proposals.removesuffix("proposals"),
+            group_id=env.group_id,
+            state_dir=state_dir,
+            keyring_file=env.keyring_path,
+            log_path=env.tmp / f"worker-{uuid.uuid4().hex[:6]}.log",
+            extra_args=(
+                "-X",
+                "session.timeout.ms=6000",
+                "-X",
+                "heartbeat.interval.ms=1000",
+                *extra,
+            ),
         )
 
-    def health(self) -> dict[str, Any] | None:
-        try:
-            with urllib.request.urlopen(self.url + "/health", timeout=2) as response:
-                data: dict[str, Any] = json.loads(response.read())
-                return data
-        except OSError:
-            return None
-
-    def wait_ready(self, partitions: int | None = None, timeout: float = 60.0) -> None:
-        """Until the HTTP API answers (and owns `partitions` partitions, if given)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"worker exited {self.proc.returncode}:\n{self.log()}")
-            health = self.health()
-            if health is not None and (
-                partitions is None or len(health["partitions"]) == partitions
-            ):
-                return
-            time.sleep(0.2)
-        raise TimeoutError(f"worker not ready in {timeout}s:\n{self.log()}")
-
-    def terminate(self, timeout: float = 60.0) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        return self.wait(timeout)
-
-    def kill(self) -> int:
-        self.proc.kill()
-        return self.wait(30)
-
-    def wait(self, timeout: float) -> int:
-        code = self.proc.wait(timeout)
-        self._log.close()
-        return code
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-4000:]
-
     def snapshot(self, run_id: str) -> RunSnapshot | None:
-        try:
-            with urllib.request.urlopen(
-                f"{self.url}/runs/{urllib.request.quote(run_id, safe='')}", timeout=5
-            ) as response:
-                return RunSnapshot.model_validate_json(response.read())
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
-                return None
-            raise
+        data = self.get(self.run_path(run_id))
+        return None if data is None else RunSnapshot.model_validate(data)
 
 
 # -- workload -----------------------------------------------------------------
@@ -233,40 +160,6 @@ def send(env: Env, plan: list[dict[str, Any]]) -> None:
 
 
 # -- reading back ---------------------------------------------------------------
-def _read_all(
-    bootstrap: str, topics: list[str], *, committed: bool = True
-) -> list[tuple[str, int, int, Any]]:
-    """Every record of `topics`, in partition order: (topic, partition, offset, msg)."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"reader-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed" if committed else "read_uncommitted",
-            "log_level": 3,
-        }
-    )
-    assignment = []
-    for topic in topics:
-        meta = consumer.list_topics(topic, timeout=30).topics[topic]
-        for p in meta.partitions:
-            assignment.append(TopicPartition(topic, p, 0))
-    consumer.assign(assignment)
-    remaining = {(tp.topic, tp.partition) for tp in assignment}
-    out = []
-    deadline = time.monotonic() + 120
-    while remaining and time.monotonic() < deadline:
-        for msg in consumer.consume(num_messages=1000, timeout=0.5):
-            if msg.error() is not None:
-                if msg.error().code() == -191:  # _PARTITION_EOF
-                    remaining.discard((msg.topic(), msg.partition()))
-                continue
-            out.append((msg.topic(), msg.partition(), msg.offset(), msg))
-    consumer.close()
-    return out
-
-
 @dataclass
 class Published:
     transitions: list[Transition]
@@ -282,9 +175,12 @@ class Published:
 
 def published(env: Env) -> Published:
     t = env.topics
-    records = _read_all(env.bootstrap, [t.transitions, t.rejections, t.dlq, t.changelog])
+    records = read_topics(
+        KafkaSettings(env.bootstrap), [t.transitions, t.rejections, t.dlq, t.changelog]
+    )
     transitions, rejections, dlq, snapshots = [], [], 0, {}
-    for topic, _, _, msg in records:
+    for msg in records:
+        topic = msg.topic()
         if topic == t.transitions:
             transitions.append(Transition.model_validate_json(msg.value()))
         elif topic == t.rejections:
@@ -314,8 +210,8 @@ def replay(env: Env) -> tuple[dict[str, RunSnapshot], dict[str, str]]:
     state: dict[str, RunSnapshot] = {}
     outcomes: dict[str, str] = {}
     by_partition: dict[int, list[Any]] = defaultdict(list)
-    for _, partition, _, msg in _read_all(env.bootstrap, [env.topics.proposals]):
-        by_partition[partition].append(msg)
+    for msg in read_topics(KafkaSettings(env.bootstrap), [env.topics.proposals]):
+        by_partition[msg.partition()].append(msg)
     for msgs in by_partition.values():
         for msg in msgs:
             outcome = decide_record(

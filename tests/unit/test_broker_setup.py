@@ -30,7 +30,9 @@ def test_compose_and_pom_pin_the_launchers_kafka_version() -> None:
 
 def test_compose_runs_topic_setup_before_the_worker() -> None:
     services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
-    assert services["topics"]["command"][:3] == ["runstate", "topics", "create"]
+    assert "runstate topics create" in " ".join(services["topics"]["command"])
+    assert services["worker"]["command"] == ["runstate", "worker"]
+    assert services["worker"]["environment"]["RUNSTATE_KEYRING_FILE"] == "/keys/keyring.json"
     assert services["worker"]["depends_on"]["topics"]["condition"] == (
         "service_completed_successfully"
     )

@@ -1,0 +1,127 @@
+"""Runtime pieces that need no broker: partitioning, keyrings, the record pipeline, stores."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from processor.engine import Commit
+from processor.intake import signed_headers
+from processor.keyring import KeyringError, dump_keyring, generate_keyring, load_keyring
+from processor.machines import builtin_machines
+from processor.partitioning import murmur2, partition_for
+from processor.pipeline import DeadLetterReason, decide_record
+from processor.runtime.store import PartitionStore
+from schemas import Proposal, Rejection, RejectionCode
+
+
+def _signed(n: int) -> int:
+    return n - (1 << 32) if n >= 1 << 31 else n
+
+
+def test_murmur2_matches_kafkas_test_vectors() -> None:
+    # org.apache.kafka.common.utils.UtilsTest#testMurmur2
+    vectors = {
+        b"21": -973932308,
+        b"foobar": -790332482,
+        b"a-little-bit-long-string": -985981536,
+        b"a-little-bit-longer-string": -1486304829,
+        b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
+        b"abc": 479470107,
+    }
+    for data, expected in vectors.items():
+        assert _signed(murmur2(data)) == expected
+    assert all(0 <= partition_for(f"run-{i}", 6) < 6 for i in range(100))
+
+
+def test_keyring_generate_dump_load(tmp_path: Path) -> None:
+    keyring = generate_keyring()
+    path = tmp_path / "k.json"
+    path.write_text(dump_keyring(keyring))
+    assert load_keyring(path, None) == keyring
+    assert load_keyring(None, dump_keyring(keyring)) == keyring
+    assert {e.authority for e in keyring.keys.values()} == {
+        "runtime",
+        "tool_executor",
+        "model",
+        "approver",
+    }
+    with pytest.raises(KeyringError, match="runstate keys generate"):
+        load_keyring(None, None)
+    with pytest.raises(KeyringError, match="is not a keyring"):
+        load_keyring(None, '{"keys": {"a": {"secret": "short"}}}')
+    with pytest.raises(KeyringError, match="cannot read"):
+        load_keyring(tmp_path / "missing.json", None)
+
+
+def _record(**fields: object) -> bytes:
+    return (
+        Proposal.model_validate({"proposal_id": "p1", "run_id": "r1", "event": "create", **fields})
+        .model_dump_json(exclude_none=True)
+        .encode()
+    )
+
+
+def test_pipeline_outcomes() -> None:
+    keyring = generate_keyring()
+    secret = keyring.keys["runtime"].secret
+    machines = builtin_machines()
+    value = _record(payload={"machine": "run_state"})
+
+    def run(key: bytes | None, raw: bytes | None, headers: object) -> object:
+        return decide_record(
+            key,
+            raw,
+            headers,
+            1_000,
+            keyring=keyring,
+            machines=machines,
+            lookup=lambda _: None,  # type: ignore[arg-type]
+        )
+
+    assert isinstance(run(b"r1", value, signed_headers(value, "runtime", secret)), Commit)
+    assert isinstance(run(b"r1", b"\x00", []), DeadLetterReason)
+    wrong_key = run(b"other", value, signed_headers(value, "runtime", secret))
+    assert isinstance(wrong_key, Rejection) and "key must be the run_id" in wrong_key.detail
+    unsigned = run(b"r1", value, [])
+    assert isinstance(unsigned, Rejection) and unsigned.code is RejectionCode.UNAUTHENTICATED
+    bad = json.dumps({"proposal_id": "p1", "run_id": "r1", "event": 3}).encode()
+    invalid = run(b"r1", bad, [])
+    assert isinstance(invalid, Rejection) and invalid.code is RejectionCode.SCHEMA_INVALID
+
+
+def test_store_stages_until_flush_and_restores(tmp_path: Path) -> None:
+    from tests.unit.driver import Driver
+
+    run = Driver(run_id="r/1")
+    create = run.create("task_lifecycle")
+    start = run.commit("start")
+    store = PartitionStore(tmp_path / "p0")
+    store.stage(create)
+    store.stage(start)
+    assert store.snapshot("r/1") == start.snapshot  # the engine sees staged state
+    assert store.committed_snapshot("r/1") is None  # queries do not
+    store.flush({"changelog": 2, "transitions": 2})
+    assert store.committed_snapshot("r/1") == start.snapshot
+    assert [t.revision for t in store.history("r/1")] == [0, 1]
+    assert store.offset("changelog") == 2
+    store.stage(run.commit("complete"))
+    store.discard_staged()  # an aborted transaction
+    assert store.snapshot("r/1") == start.snapshot
+    store.close()
+
+    reopened = PartitionStore(tmp_path / "p0")
+    assert reopened.committed_snapshot("r/1") == start.snapshot
+    other = Driver(run_id="r/10")
+    created = other.create("run_state")
+    reopened.restore(
+        [(b"r/10", created.snapshot.model_dump_json().encode()), (b"r/1", None)],
+        [created.transition.model_dump_json().encode()],
+        {"changelog": 9},
+    )
+    assert reopened.committed_snapshot("r/1") is None  # tombstone
+    assert [s.run_id for s in reopened.runs()] == ["r/10"]
+    assert [t.run_id for t in reopened.history("r/10")] == ["r/10"]
+    assert reopened.history("r/1")[0].run_id == "r/1"  # history is kept, prefix-safe
+    assert reopened.offset("changelog") == 9
+    reopened.close()
