@@ -47,12 +47,18 @@ class KafkaSettings:
         config.pop("bootstrap.servers", None)
         return cls(bootstrap, config)
 
-    def client(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """Settings for a confluent-kafka client: ours, then the user's, then overrides."""
-        # log_level 4: librdkafka's info lines (disconnects at exit) are noise for users.
+    def client(
+        self,
+        overrides: Mapping[str, Any] | None = None,
+        defaults: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Settings for a confluent-kafka client: `defaults` (tunable), then the user's
+        settings, then `overrides` (what correctness depends on, e.g. isolation.level)."""
         return {
             "bootstrap.servers": self.bootstrap_servers,
+            # librdkafka's info lines (disconnects at exit) are noise for users.
             "log_level": 4,
+            **(defaults or {}),
             **self.client_config,
             **(overrides or {}),
         }

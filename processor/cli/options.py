@@ -30,11 +30,11 @@ bootstrap_option = option(
     default=None,
     help="Kafka bootstrap servers (host:port,...). Default 127.0.0.1:9092.",
 )
-kafka_setting_option = option(
+# No single variable for this one: each setting is its own RUNSTATE_KAFKA_<KEY>.
+kafka_setting_option = click.option(
     "-X",
     "--kafka",
     "kafka_settings",
-    env="KAFKA_SETTINGS",
     multiple=True,
     metavar="KEY=VALUE",
     help="Any Kafka client setting, e.g. -X security.protocol=SASL_SSL (repeatable). Also "

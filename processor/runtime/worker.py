@@ -153,11 +153,15 @@ class Worker:
             settings.client(
                 {
                     "transactional.id": f"{self.config.group_id}-{self.worker_id}",
+                    "on_delivery": self._on_delivery,
+                },
+                defaults={
+                    # A dead worker's open transaction holds back read_committed
+                    # consumers until it times out: keep that short (as Kafka Streams).
                     "transaction.timeout.ms": self.config.transaction_timeout_ms,
                     "linger.ms": 5,
                     "compression.type": "lz4",
-                    "on_delivery": self._on_delivery,
-                }
+                },
             )
         )
         # Fences (aborts) whatever a previous run of this worker left open.
@@ -171,7 +175,9 @@ class Worker:
                     "isolation.level": "read_committed",
                     "partition.assignment.strategy": "cooperative-sticky",
                     "enable.partition.eof": False,
-                }
+                },
+                # Failover after a crash takes up to this long (Kafka's default is 45 s).
+                defaults={"session.timeout.ms": 10_000, "heartbeat.interval.ms": 2_000},
             )
         )
         self.consumer.subscribe(
