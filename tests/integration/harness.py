@@ -1,5 +1,6 @@
 """Drive real worker processes and read back what they published, for integration tests."""
 
+import json
 import random
 import time
 import uuid
@@ -68,7 +69,7 @@ class WorkerProcess(ProductWorkerProcess):
 
     def snapshot(self, run_id: str) -> RunSnapshot | None:
         data = self.get(self.run_path(run_id))
-        return None if data is None else RunSnapshot.model_validate(data)
+        return None if data is None else RunSnapshot.model_validate_json(json.dumps(data))
 
 
 # -- workload -----------------------------------------------------------------
