@@ -37,7 +37,7 @@ from processor.config import KafkaSettings
 from processor.engine import Commit, Machine
 from processor.intake import DEFAULT_MAX_PROPOSAL_BYTES
 from processor.keyring import Keyring
-from processor.pipeline import DeadLetterReason, decide_record
+from processor.pipeline import DeadLetterReason, Outcome, decide_record
 from processor.runtime.outputs import dead_letter_value
 from processor.runtime.restore import restore_partitions
 from processor.runtime.store import PartitionStore
@@ -132,12 +132,13 @@ class Worker:
             )
         self.partitions = len(proposals.partitions)
         plans = plan_topics(self.topics, self.partitions, 1)
-        # Co-partitioning matters (outputs go to the proposal's partition number);
-        # replication and retention are the operator's business, so not checked here.
+        # Co-partitioning matters (outputs go to the proposal's partition number), and so
+        # do broker timestamps (the time of each decision); replication and retention
+        # are the operator's business, so not checked here.
         drift = [
             d
             for d in describe_topics(admin, plans)
-            if d.setting in ("existence", "partitions", "cleanup.policy")
+            if d.setting in ("existence", "partitions", "cleanup.policy", "message.timestamp.type")
         ]
         if drift:
             raise WorkerError(
@@ -252,16 +253,21 @@ class Worker:
         if store is None:  # fetched before a revoke; not ours any more
             return
         _, timestamp = msg.timestamp()
-        outcome = decide_record(
-            msg.key(),
-            msg.value(),
-            msg.headers(),
-            timestamp,
-            keyring=self.config.keyring,
-            machines=self.config.machines,
-            lookup=store.snapshot,
-            max_bytes=self.config.max_proposal_bytes,
-        )
+        outcome: Outcome
+        try:
+            outcome = decide_record(
+                msg.key(),
+                msg.value(),
+                msg.headers(),
+                timestamp,
+                keyring=self.config.keyring,
+                machines=self.config.machines,
+                lookup=store.snapshot,
+                max_bytes=self.config.max_proposal_bytes,
+            )
+        except Exception as exc:  # a bug must not turn one record into a stalled partition
+            log.exception("deciding %s[%s]@%s failed", msg.topic(), partition, msg.offset())
+            outcome = DeadLetterReason(f"internal error while deciding: {exc!r}")
         if not self._txn_open:
             assert self.producer is not None
             self.producer.begin_transaction()

@@ -171,3 +171,23 @@ def test_forged_unsigned_and_unauthorized(env: Env) -> None:
         runtime.close()
     finally:
         assert worker.terminate() == 0, worker.log()
+
+
+def test_worker_refuses_topics_that_do_not_fit(
+    kafka_bootstrap: str, admin: object, tmp_path: Path
+) -> None:
+    import uuid
+
+    from processor.topics import create_topics, plan_topics
+
+    names = TopicNames.with_prefix(f"bad-{uuid.uuid4().hex[:8]}.")
+    plans = plan_topics(names, partitions=3, replication=1)
+    broken = [p if p.role != "changelog" else type(p)(p.name, p.role, 2, 1, {}) for p in plans]
+    create_topics(admin, broken)  # type: ignore[arg-type]
+    env = make_env(kafka_bootstrap, names, tmp_path)
+    worker = WorkerProcess(env, tmp_path / "w")
+    code = worker.wait(60)
+    assert code != 0
+    log = worker.log()
+    assert "partitions is 2, expected 3" in log and "runstate topics create" in log
+    assert "cleanup.policy is delete, expected compact" in log
