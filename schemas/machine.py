@@ -1,7 +1,7 @@
 """A machine as data: states, events, who may send them, and the transition table."""
 
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -56,6 +56,38 @@ class RetryPolicy(WireModel):
     event: Name = "retry"
     exhausted_event: Name | None = "max_retries_exceeded"
     default_max_retries: Annotated[int, Field(ge=0)] = 3
+    backoff_base_ms: Annotated[int, Field(gt=0)] | None = Field(
+        default=1_000,
+        description="The processor proposes `event` after base * 2^retry_count ms (capped, "
+        "jittered) in the retry event's source state; None: agents retry on their own.",
+    )
+    backoff_max_ms: Annotated[int, Field(gt=0)] = 300_000
+    jitter: Annotated[float, Field(ge=0, le=1)] = 0.2
+
+
+class TimeoutSpec(WireModel):
+    """A deadline the processor keeps: after `after_ms` in `state` it proposes `event`.
+
+    `approval` counts from entering the state; `heartbeat` from the run's last commit
+    (any step, fact or heartbeat is a sign of life). A run's options override `after_ms`
+    (approval_timeout_ms, heartbeat_timeout_ms); None arms it only for runs that set one.
+    """
+
+    kind: Literal["approval", "heartbeat"]
+    state: Name
+    event: Name
+    reason: str | None = None
+    after_ms: Annotated[int, Field(gt=0)] | None = None
+
+
+class AlertSpec(WireModel):
+    """Seed 003 §7: an alert record when a run stays `after_ms` in `state` (and, for
+    flapping, has retried at least `min_retry_count` times)."""
+
+    rule: Name
+    state: Name
+    after_ms: Annotated[int, Field(ge=0)]
+    min_retry_count: Annotated[int, Field(ge=0)] | None = None
 
 
 class MachineSpec(VersionedMessage):
@@ -77,3 +109,5 @@ class MachineSpec(VersionedMessage):
     dedupe_window: Annotated[int, Field(ge=1, le=10_000)] = Field(
         default=64, description="How many recent proposal ids a run remembers."
     )
+    timeouts: list[TimeoutSpec] = Field(default_factory=list)
+    alerts: list[AlertSpec] = Field(default_factory=list)

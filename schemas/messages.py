@@ -1,7 +1,7 @@
 """Wire messages: what producers propose and what the processor publishes and stores."""
 
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, JsonValue
 
@@ -101,6 +101,18 @@ class StepRecord(WireModel):
     revision: int = Field(description="The run revision that last changed this step.")
 
 
+class Timer(WireModel):
+    """Something the processor will do for a run at `due_at_ms` unless the run moves on:
+    propose `event` (a deadline) or publish an alert. Armed by the engine at each commit."""
+
+    kind: Literal["deadline", "alert"]
+    name: str = Field(description="approval, heartbeat, retry, or the alert rule.")
+    due_at_ms: int
+    event: str | None = None
+    reason: str | None = None
+    revision: int = Field(description="The run revision that armed it.")
+
+
 class RunSnapshot(VersionedMessage):
     """A run as it stands after its latest transition: what recovery reads back."""
 
@@ -120,6 +132,8 @@ class RunSnapshot(VersionedMessage):
     )
     stop_reason: str | None = None
     last_reason: str | None = None
+    timers: list[Timer] = Field(default_factory=list)
+    last_hash: str = Field(default="", description="`hash` of the run's latest transition.")
     created_at_ms: int
     updated_at_ms: int
     entered_state_at_ms: int
@@ -142,6 +156,22 @@ class Transition(VersionedMessage):
     metadata: JsonObject = Field(default_factory=dict)
     retry_count: int = 0
     at_ms: int = Field(description="Broker timestamp of the proposal, ms since the epoch.")
+    prev_hash: str = Field(default="", description="`hash` of the run's previous transition.")
+    hash: str = Field(default="", description="schemas.audit.transition_hash of this record.")
+
+
+class Alert(VersionedMessage):
+    """Seed 003 §7: a run has been too long in a state (or flaps between retries)."""
+
+    run_id: RunId
+    machine: Name
+    rule: str
+    state: str
+    revision: int
+    retry_count: int
+    time_in_state_ms: int
+    due_at_ms: int
+    at_ms: int = Field(description="Worker clock when the alert was raised.")
 
 
 class Rejection(VersionedMessage):

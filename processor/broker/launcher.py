@@ -24,6 +24,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from processor.children import die_with_parent
+
 KAFKA_VERSION = "4.1.1"
 JAVA_MIN_MAJOR = 17
 READY_LINE = "Kafka Server started"
@@ -230,18 +232,6 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM it when the process that started it dies, so a
-    killed test run or demo cannot leave a broker behind (Linux; elsewhere a no-op)."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def _cluster_id() -> str:
     # What `kafka-storage random-uuid` prints: a base64url UUID without padding.
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
@@ -342,7 +332,7 @@ def start_broker(
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # its own process group: stop() reaches everything
-            preexec_fn=None if detach else _die_with_parent,
+            preexec_fn=None if detach else die_with_parent,
         )
     broker = Broker(
         bootstrap=f"127.0.0.1:{port}",

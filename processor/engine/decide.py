@@ -18,6 +18,8 @@ from pydantic import ValidationError
 from processor.engine.lint import CREATE_EVENT
 from processor.engine.machine import Edge, Machine
 from processor.engine.steps import apply_step
+from processor.engine.timers import arm_timers
+from schemas.audit import transition_hash
 from schemas.base import describe_errors
 from schemas.codes import RejectionCode as Code
 from schemas.machine import GuardKind
@@ -144,6 +146,19 @@ def decide(
             snapshot,
             now_ms,
         )
+
+    if rule.is_heartbeat:  # a sign of life: a self-loop commit that re-arms the deadline
+        if snapshot.state not in machine.step_states:
+            return _reject(
+                Code.INVALID_TRANSITION,
+                f"heartbeats are recorded only in {', '.join(sorted(machine.step_states))}; "
+                f"run is '{snapshot.state}'",
+                proposal,
+                principal,
+                snapshot,
+                now_ms,
+            )
+        return _commit(machine, snapshot, proposal, principal, now_ms, snapshot.state)
 
     if rule.is_step:
         if snapshot.state not in machine.step_states:
@@ -278,28 +293,28 @@ def _decide_create(
     spec = machine.spec
     default_retries = spec.retry.default_max_retries if spec.retry is not None else 0
     criteria = options.success_criteria
-    new = RunSnapshot.trusted(
-        dict(
-            schema_version=1,
-            run_id=proposal.run_id,
-            machine=machine.name,
-            state=spec.initial,
-            revision=0,
-            retry_count=0,
-            max_retries=default_retries if options.max_retries is None else options.max_retries,
-            success_criteria=spec.default_success_criteria if criteria is None else list(criteria),
-            deadlines=options.deadlines or Deadlines(),
-            facts=[],
-            steps={},
-            recent_proposals={proposal.proposal_id: 0},
-            stop_reason=None,
-            last_reason=proposal.reason,
-            created_at_ms=now_ms,
-            updated_at_ms=now_ms,
-            entered_state_at_ms=now_ms,
-        )
-    )
-    return Commit(new, _transition(new, None, proposal, principal, now_ms))
+    values: dict[str, Any] = {
+        "schema_version": 1,
+        "run_id": proposal.run_id,
+        "machine": machine.name,
+        "state": spec.initial,
+        "revision": 0,
+        "retry_count": 0,
+        "max_retries": default_retries if options.max_retries is None else options.max_retries,
+        "success_criteria": (spec.default_success_criteria if criteria is None else list(criteria)),
+        "deadlines": options.deadlines or Deadlines(),
+        "facts": [],
+        "steps": {},
+        "recent_proposals": {proposal.proposal_id: 0},
+        "stop_reason": None,
+        "last_reason": proposal.reason,
+        "timers": [],
+        "last_hash": "",
+        "created_at_ms": now_ms,
+        "updated_at_ms": now_ms,
+        "entered_state_at_ms": now_ms,
+    }
+    return _seal(machine, values, None, proposal, principal, now_ms)
 
 
 def _commit(
@@ -335,36 +350,50 @@ def _commit(
         values["steps"] = steps
     if target != snapshot.state:
         values["entered_state_at_ms"] = now_ms
-    new = RunSnapshot.trusted(values)
-    return Commit(new, _transition(new, snapshot.state, proposal, principal, now_ms))
+    return _seal(machine, values, snapshot.state, proposal, principal, now_ms)
 
 
-def _transition(
-    new: RunSnapshot,
+def _seal(
+    machine: Machine,
+    values: dict[str, Any],
     from_state: str | None,
     proposal: Proposal,
     principal: Principal,
     now_ms: int,
-) -> Transition:
-    return Transition.trusted(
-        {
-            "schema_version": 1,
-            "transition_id": f"{new.run_id}:{new.revision}",
-            "run_id": new.run_id,
-            "machine": new.machine,
-            "revision": new.revision,
-            "from_state": from_state,
-            "to_state": new.state,
-            "event": proposal.event,
-            "proposal_id": proposal.proposal_id,
-            "principal": principal,
-            "reason": proposal.reason,
-            "payload": proposal.payload,
-            "metadata": proposal.metadata,
-            "retry_count": new.retry_count,
-            "at_ms": now_ms,
-        }
+) -> Commit:
+    """The transition for the run's next `values`, chained to the previous one by hash,
+    and the snapshot with its hash and newly armed timers."""
+    transition: dict[str, Any] = {
+        "schema_version": 1,
+        "transition_id": f"{values['run_id']}:{values['revision']}",
+        "run_id": values["run_id"],
+        "machine": values["machine"],
+        "revision": values["revision"],
+        "from_state": from_state,
+        "to_state": values["state"],
+        "event": proposal.event,
+        "proposal_id": proposal.proposal_id,
+        "principal": principal,
+        "reason": proposal.reason,
+        "payload": proposal.payload,
+        "metadata": proposal.metadata,
+        "retry_count": values["retry_count"],
+        "at_ms": now_ms,
+        "prev_hash": values["last_hash"],
+    }
+    transition["hash"] = values["last_hash"] = transition_hash(transition)
+    values["timers"] = arm_timers(
+        machine,
+        run_id=values["run_id"],
+        state=values["state"],
+        revision=values["revision"],
+        entered_state_at_ms=values["entered_state_at_ms"],
+        updated_at_ms=values["updated_at_ms"],
+        retry_count=values["retry_count"],
+        max_retries=values["max_retries"],
+        deadlines=values["deadlines"],
     )
+    return Commit(RunSnapshot.trusted(values), Transition.trusted(transition))
 
 
 def _failed_guard(edge: Edge, snapshot: RunSnapshot) -> str | None:

@@ -8,8 +8,9 @@ from schemas.machine import GuardKind, MachineSpec
 
 #: Events every machine understands without declaring them.
 CREATE_EVENT = "create"
+HEARTBEAT_EVENT = "heartbeat"
 STEP_EVENTS = ("step_started", "step_succeeded", "step_failed")
-RESERVED_EVENTS = frozenset((CREATE_EVENT, *STEP_EVENTS))
+RESERVED_EVENTS = frozenset((CREATE_EVENT, HEARTBEAT_EVENT, *STEP_EVENTS))
 
 Path = tuple[str | int, ...]
 
@@ -90,6 +91,39 @@ def lint(spec: MachineSpec) -> list[LintIssue]:
     for i, name in enumerate(spec.step_states):
         if name not in states:
             issues.append(LintIssue(("step_states", i), f"unknown state '{name}'"))
+
+    edges = {(t.source, t.event): t for t in spec.transitions}
+    armed: set[tuple[str, str]] = set()
+    for i, timeout in enumerate(spec.timeouts):
+        where = ("timeouts", i)
+        if timeout.state not in states:
+            issues.append(LintIssue((*where, "state"), f"unknown state '{timeout.state}'"))
+            continue
+        armed_edge = edges.get((timeout.state, timeout.event))
+        if armed_edge is None:
+            issues.append(
+                LintIssue(
+                    where,
+                    f"{timeout.kind} deadline on '{timeout.state}' proposes '{timeout.event}', "
+                    f"but there is no transition ({timeout.state}, {timeout.event})",
+                )
+            )
+        elif armed_edge.reasons and timeout.reason not in armed_edge.reasons:
+            issues.append(
+                LintIssue(
+                    (*where, "reason"),
+                    f"({timeout.state}, {timeout.event}) needs a reason from "
+                    f"{', '.join(armed_edge.reasons)}; the deadline gives {timeout.reason!r}",
+                )
+            )
+        if (timeout.state, timeout.kind) in armed:
+            issues.append(
+                LintIssue(where, f"a second {timeout.kind} deadline on '{timeout.state}'")
+            )
+        armed.add((timeout.state, timeout.kind))
+    for i, alert in enumerate(spec.alerts):
+        if alert.state not in states:
+            issues.append(LintIssue(("alerts", i, "state"), f"unknown state '{alert.state}'"))
 
     issues += _graph_issues(spec, states, terminal)
     return issues

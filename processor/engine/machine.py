@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel
 
-from processor.engine.lint import LintIssue, lint
+from processor.engine.lint import HEARTBEAT_EVENT, LintIssue, lint
 from processor.engine.steps import STEP_PAYLOADS
 from schemas.machine import EventSpec, Guard, MachineSpec, TransitionSpec
 from schemas.messages import FactPayload
@@ -41,6 +41,7 @@ class EventRule:
     sources: tuple[str, ...]
     payload_model: type[BaseModel] | None
     is_step: bool
+    is_heartbeat: bool = False
     #: The `sources` patterns as one compiled regex (fnmatch per call was a hot spot).
     source_pattern: re.Pattern[str] | None = None
 
@@ -58,6 +59,8 @@ class Machine:
     step_states: frozenset[str]
     step_authorities: frozenset[str]
     create_authorities: frozenset[str]
+    #: States from which the retry policy's event leaves (where backoff timers run).
+    retry_states: frozenset[str]
     events: Mapping[str, EventSpec] = field(repr=False)
     rules: Mapping[str, EventRule] = field(repr=False)
 
@@ -94,6 +97,8 @@ def compile_machine(spec: MachineSpec) -> Machine:
     step_authorities = frozenset(spec.step_authorities)
     for name, model in STEP_PAYLOADS.items():
         rules[name] = EventRule(step_authorities, (), model, is_step=True)
+    rules[HEARTBEAT_EVENT] = EventRule(step_authorities, (), None, is_step=False, is_heartbeat=True)
+    retry_event = spec.retry.event if spec.retry is not None else None
     return Machine(
         spec=spec,
         edges={(t.source, t.event): _edge(t) for t in spec.transitions},
@@ -101,6 +106,7 @@ def compile_machine(spec: MachineSpec) -> Machine:
         step_states=frozenset(spec.step_states),
         step_authorities=step_authorities,
         create_authorities=frozenset(spec.create_authorities),
+        retry_states=frozenset(t.source for t in spec.transitions if t.event == retry_event),
         events=dict(spec.events),
         rules=rules,
     )

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from processor.broker.launcher import free_port
+from processor.children import die_with_parent
 
 
 class WorkerProcess:
@@ -54,7 +55,12 @@ class WorkerProcess:
         env["COLUMNS"] = "160"
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in wait()
         self.proc = subprocess.Popen(
-            command, env=env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            command,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=die_with_parent,  # a killed demo or test run leaves no worker behind
         )
 
     def health(self) -> dict[str, Any] | None:

@@ -48,7 +48,11 @@ def test_worker_stopped_mid_stream_loses_and_repeats_nothing(env: Env, how: str)
     plan = workload(runs=1_000, proposals=10_000, seed=11)
     state = env.tmp / "w1"
     worker = WorkerProcess(env, state)
-    worker.wait_ready(partitions=3)
+    try:
+        worker.wait_ready(partitions=3)
+    except BaseException:
+        worker.kill()
+        raise
     send(env, plan)
     # stop it once it is well into the stream
     deadline = time.monotonic() + 60
@@ -75,11 +79,13 @@ def test_worker_stopped_mid_stream_loses_and_repeats_nothing(env: Env, how: str)
 def test_empty_state_dir_restores_from_the_changelog(env: Env) -> None:
     plan = workload(runs=300, proposals=3_000, seed=5)
     first = WorkerProcess(env, env.tmp / "w1")
-    first.wait_ready(partitions=3)
-    send(env, plan)
-    result = wait_for_outcomes(env, len(plan))
-    before = {run_id: first.snapshot(run_id) for run_id in result.snapshots}
-    assert first.terminate() == 0
+    try:
+        first.wait_ready(partitions=3)
+        send(env, plan)
+        result = wait_for_outcomes(env, len(plan))
+        before = {run_id: first.snapshot(run_id) for run_id in result.snapshots}
+    finally:
+        assert first.terminate() == 0
     shutil.rmtree(env.tmp / "w1")
     fresh = WorkerProcess(env, env.tmp / "w2")
     try:

@@ -1,0 +1,93 @@
+"""Which timers a run arms after a commit: deadlines (a proposal the processor will
+send) and alerts (seed 003 §7). Pure: due times derive from the commit's broker time,
+and the retry jitter from the run id and revision, so a replay arms the same timers.
+"""
+
+import hashlib
+
+from processor.engine.machine import Machine
+from schemas.messages import Deadlines, Timer
+
+RETRY_REASON = "retry_backoff"
+
+
+def retry_delay_ms(
+    base_ms: int, max_ms: int, jitter: float, retry_count: int, run_id: str, revision: int
+) -> int:
+    """base * 2^retry_count, capped at max, scaled by a deterministic factor in
+    [1 - jitter, 1 + jitter] so that many runs failing together do not retry together."""
+    delay: int = min(max_ms, base_ms * (2 ** min(retry_count, 30)))
+    digest = hashlib.sha256(f"{run_id}:{revision}".encode()).digest()
+    unit = int.from_bytes(digest[:8], "big") / 2**64  # [0, 1)
+    jittered: int = round(delay * (1 + jitter * (2 * unit - 1)))
+    return max(1, jittered)
+
+
+def arm_timers(
+    machine: Machine,
+    *,
+    run_id: str,
+    state: str,
+    revision: int,
+    entered_state_at_ms: int,
+    updated_at_ms: int,
+    retry_count: int,
+    max_retries: int,
+    deadlines: Deadlines,
+) -> list[Timer]:
+    if state in machine.terminal:
+        return []
+    spec = machine.spec
+    timers: list[Timer] = []
+    for timeout in spec.timeouts:
+        if timeout.state != state:
+            continue
+        if timeout.kind == "approval":
+            after, since = deadlines.approval_timeout_ms or timeout.after_ms, entered_state_at_ms
+        else:
+            after, since = deadlines.heartbeat_timeout_ms or timeout.after_ms, updated_at_ms
+        if after is not None:
+            timers.append(
+                Timer(
+                    kind="deadline",
+                    name=timeout.kind,
+                    due_at_ms=since + after,
+                    event=timeout.event,
+                    reason=timeout.reason,
+                    revision=revision,
+                )
+            )
+    retry = spec.retry
+    base = deadlines.retry_backoff_ms or (retry.backoff_base_ms if retry is not None else None)
+    if retry is not None and base is not None and state in machine.retry_states:
+        if retry_count < max_retries:
+            delay = retry_delay_ms(
+                base, retry.backoff_max_ms, retry.jitter, retry_count, run_id, revision
+            )
+            event: str | None = retry.event
+        else:
+            delay, event = 0, retry.exhausted_event
+        if event is not None:
+            timers.append(
+                Timer(
+                    kind="deadline",
+                    name="retry",
+                    due_at_ms=entered_state_at_ms + delay,
+                    event=event,
+                    reason=RETRY_REASON,
+                    revision=revision,
+                )
+            )
+    for alert in spec.alerts:
+        if alert.state == state and (
+            alert.min_retry_count is None or retry_count >= alert.min_retry_count
+        ):
+            timers.append(
+                Timer(
+                    kind="alert",
+                    name=alert.rule,
+                    due_at_ms=entered_state_at_ms + alert.after_ms,
+                    revision=revision,
+                )
+            )
+    return timers

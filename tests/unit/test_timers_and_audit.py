@@ -1,0 +1,212 @@
+"""Timers the engine arms (deadlines, alerts), heartbeats, and the hash chain."""
+
+from processor.engine.parse import lint_machine_text
+from processor.engine.timers import retry_delay_ms
+from schemas import RejectionCode
+from schemas.audit import transition_hash
+from tests.unit.driver import APPROVER, MODEL, Driver
+from tests.unit.test_machines import GOOD
+
+
+def _timers(run: Driver) -> dict[str, tuple[str, int, str | None]]:
+    assert run.snapshot is not None
+    return {t.name: (t.kind, t.due_at_ms, t.event) for t in run.snapshot.timers}
+
+
+def test_approval_deadline_armed_on_entering_paused() -> None:
+    run = Driver()
+    run.create("task_lifecycle")
+    run.commit("start")
+    paused = run.commit("pause_for_approval")
+    entered = paused.snapshot.entered_state_at_ms
+    timers = _timers(run)
+    assert timers["approval"] == ("deadline", entered + 1_800_000, "timeout")
+    assert timers["task_paused_abandoned"] == ("alert", entered + 14_400_000, None)
+    assert all(t.revision == paused.snapshot.revision for t in paused.snapshot.timers)
+    run.commit("approval_granted", APPROVER)
+    assert "approval" not in _timers(run)  # moving on disarms it
+
+
+def test_run_options_override_deadlines() -> None:
+    run = Driver()
+    run.create(
+        "task_lifecycle", deadlines={"approval_timeout_ms": 500, "heartbeat_timeout_ms": 200}
+    )
+    started = run.commit("start")
+    assert _timers(run)["heartbeat"] == (
+        "deadline",
+        started.snapshot.updated_at_ms + 200,
+        "transient_error",
+    )
+    beat = run.commit("heartbeat")
+    assert beat.snapshot.state == "running" and beat.transition.from_state == "running"
+    assert _timers(run)["heartbeat"][1] == beat.snapshot.updated_at_ms + 200  # pushed back
+    paused = run.commit("pause_for_approval")
+    assert _timers(run)["approval"][1] == paused.snapshot.entered_state_at_ms + 500
+
+
+def test_heartbeat_only_while_running_and_by_the_runtime() -> None:
+    run = Driver()
+    run.create("task_lifecycle")
+    assert run.refuse("heartbeat").code is RejectionCode.INVALID_TRANSITION
+    run.commit("start")
+    assert run.refuse("heartbeat", MODEL).code is RejectionCode.UNAUTHORIZED
+    run.commit("heartbeat")
+
+
+def test_retry_backoff_grows_then_gives_up() -> None:
+    run = Driver()
+    run.create("task_lifecycle", max_retries=2)
+    run.commit("start")
+    dues = []
+    for _ in range(2):
+        failed = run.commit("transient_error")
+        kind, due, event = _timers(run)["retry"]
+        assert (kind, event) == ("deadline", "retry")
+        dues.append(due - failed.snapshot.entered_state_at_ms)
+        run.commit("retry")
+    assert 800 <= dues[0] <= 1200 and 1600 <= dues[1] <= 2400  # 1 s, 2 s, +-20 %
+    run.commit("transient_error")
+    kind, due, event = _timers(run)["retry"]
+    assert event == "max_retries_exceeded" and due == run.snapshot.entered_state_at_ms  # type: ignore[union-attr]
+
+
+def test_retry_jitter_is_deterministic_and_bounded() -> None:
+    a = retry_delay_ms(1000, 300_000, 0.2, 3, "run-1", 7)
+    assert a == retry_delay_ms(1000, 300_000, 0.2, 3, "run-1", 7)
+    assert 6400 <= a <= 9600
+    spread = {retry_delay_ms(1000, 300_000, 0.2, 0, f"r{i}", 1) for i in range(50)}
+    assert len(spread) > 10  # runs failing together do not retry together
+    assert retry_delay_ms(1000, 5000, 0.0, 20, "r", 1) == 5000  # capped
+
+
+def test_flapping_alert_after_three_retries() -> None:
+    run = Driver()
+    run.create("task_lifecycle", max_retries=5)
+    run.commit("start")
+    for _ in range(3):
+        run.commit("transient_error")
+        assert "task_retry_flapping" not in _timers(run)
+        run.commit("retry")
+    run.commit("transient_error")
+    assert _timers(run)["task_retry_flapping"][1] == run.snapshot.entered_state_at_ms  # type: ignore[union-attr]
+
+
+def test_terminal_runs_arm_nothing() -> None:
+    run = Driver()
+    run.create("task_lifecycle")
+    run.commit("start")
+    run.commit("complete")
+    assert run.snapshot is not None and run.snapshot.timers == []
+
+
+def test_transitions_are_hash_chained() -> None:
+    run = Driver()
+    run.create("owned_run")
+    run.commit("run_started")
+    assert [t.prev_hash for t in run.history] == ["", run.history[0].hash]
+    for t in run.history:
+        assert t.hash == transition_hash(t.__dict__) and len(t.hash) == 64
+    assert run.snapshot is not None and run.snapshot.last_hash == run.history[-1].hash
+    forged = dict(run.history[1].__dict__, to_state="completed")
+    assert transition_hash(forged) != run.history[1].hash
+
+
+def test_deadline_lint() -> None:
+    no_edge = (
+        GOOD + "timeouts:\n  - {kind: approval, state: reviewing, event: submit, after_ms: 5}\n"
+    )
+    problems = lint_machine_text(no_edge, "m.yaml")
+    assert any(
+        p.startswith("m.yaml:16:") and "no transition (reviewing, submit)" in p for p in problems
+    ), problems
+    twice = GOOD + (
+        "timeouts:\n"
+        "  - {kind: approval, state: reviewing, event: drop, after_ms: 5}\n"
+        "  - {kind: approval, state: reviewing, event: drop, after_ms: 6}\n"
+        "  - {kind: heartbeat, state: nowhere, event: drop}\n"
+        "alerts:\n  - {rule: slow, state: limbo, after_ms: 1}\n"
+    )
+    text = "\n".join(lint_machine_text(twice, "m.yaml"))
+    assert "a second approval deadline on 'reviewing'" in text
+    assert "timeouts.2.state: unknown state 'nowhere'" in text
+    assert "alerts.0.state: unknown state 'limbo'" in text
+    reason = (
+        GOOD.replace(
+            "{from: reviewing, event: drop, to: dropped}",
+            "{from: reviewing, event: drop, to: dropped, reasons: [stale]}",
+        )
+        + "timeouts:\n  - {kind: approval, state: reviewing, event: drop, after_ms: 5}\n"
+    )
+    assert any("needs a reason from stale" in p for p in lint_machine_text(reason, "m.yaml"))
+
+
+def test_fast_canonical_json_matches_the_reference() -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from schemas.audit import _json, canonical_text
+
+    leaves = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
+    values = st.recursive(
+        leaves,
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+        max_leaves=12,
+    )
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(values, max_size=6))
+    def check(items: list[object]) -> None:
+        assert "[" + ",".join(map(_json, items)) + "]" == canonical_text(items)
+
+    check()
+
+
+def test_transition_hash_is_sha256_of_the_documented_text() -> None:
+    import hashlib
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from schemas import Principal
+    from schemas.audit import canonical_text, canonical_values
+
+    json_values = st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+        max_leaves=8,
+    )
+
+    @settings(max_examples=200, deadline=None)
+    @given(
+        st.text(min_size=1),
+        st.none() | st.text(),
+        st.none() | st.text(),
+        st.dictionaries(st.text(), json_values, max_size=3),
+        st.integers(min_value=0, max_value=2**62),
+    )
+    def check(
+        run_id: str, from_state: str | None, reason: str | None, payload: dict[str, object], at: int
+    ) -> None:
+        fields = {
+            "schema_version": 1,
+            "transition_id": f"{run_id}:3",
+            "run_id": run_id,
+            "machine": "m",
+            "revision": 3,
+            "from_state": from_state,
+            "to_state": "é☃",
+            "event": "e",
+            "proposal_id": 'p\n"q',
+            "principal": Principal(source="tool:x", authority="tool_executor"),
+            "reason": reason,
+            "payload": payload,
+            "metadata": {"b": 1, "a": [1.5, None]},
+            "retry_count": 0,
+            "at_ms": at,
+            "prev_hash": "ab" * 32,
+        }
+        text = canonical_text(canonical_values(fields))
+        assert transition_hash(fields) == hashlib.sha256(text.encode()).hexdigest()
+
+    check()
