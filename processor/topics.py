@@ -22,6 +22,7 @@ class TopicNames:
     rejections: str
     dlq: str
     changelog: str
+    alerts: str
 
     @classmethod
     def with_prefix(cls, prefix: str = DEFAULT_PREFIX) -> "TopicNames":
@@ -31,6 +32,7 @@ class TopicNames:
             rejections=f"{prefix}rejections",
             dlq=f"{prefix}dlq",
             changelog=f"{prefix}runs-changelog",
+            alerts=f"{prefix}alerts",
         )
 
 
@@ -76,6 +78,7 @@ def plan_topics(names: TopicNames, partitions: int, replication: int) -> list[To
             replication,
             {"cleanup.policy": "compact", **isr},
         ),
+        TopicPlan(names.alerts, "alerts", partitions, replication, {**isr}),
     ]
 
 

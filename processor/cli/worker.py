@@ -76,6 +76,29 @@ def setup_logging(level: str) -> None:
     default=64 * 1024,
     help="Larger proposals are refused schema_invalid.",
 )
+@option(
+    "--timer-interval-ms",
+    env="TIMER_INTERVAL_MS",
+    type=click.IntRange(min=10),
+    default=200,
+    help="How often due deadlines and alerts are looked for (they fire within about "
+    "this plus one checkpoint of their due time).",
+)
+@option(
+    "--timer-key-id",
+    env="TIMER_KEY_ID",
+    default=None,
+    help="Keyring key that signs deadline proposals (default: the first runtime key).",
+)
+@option(
+    "--static-membership/--dynamic-membership",
+    env="STATIC_MEMBERSHIP",
+    default=False,
+    help="Static: a worker restarted with the same state dir takes its partitions back at "
+    "once, without waiting for the session timeout (best when workers restart in place); "
+    "but a stopped one keeps them until that timeout. Dynamic: a stopped worker hands "
+    "over at once; a crashed one after the session timeout.",
+)
 @option("--log-level", env="LOG_LEVEL", default="info", help="debug, info, warning, error.")
 def worker(
     bootstrap_servers: str | None,
@@ -91,6 +114,9 @@ def worker(
     commit_interval_ms: int,
     commit_max_records: int,
     max_proposal_bytes: int,
+    timer_interval_ms: int,
+    timer_key_id: str | None,
+    static_membership: bool,
     log_level: str,
 ) -> None:
     """Run a worker: decide proposals, publish transitions and rejections exactly once.
@@ -115,6 +141,9 @@ def worker(
                 commit_interval_ms=commit_interval_ms,
                 commit_max_records=commit_max_records,
                 max_proposal_bytes=max_proposal_bytes,
+                timer_interval_ms=timer_interval_ms,
+                timer_key_id=timer_key_id,
+                static_membership=static_membership,
             )
         )
         running.start()

@@ -265,6 +265,10 @@ class RunstateClient:
             proposal_id=proposal_id,
         )
 
+    def heartbeat(self, run_id: str) -> str:
+        """A sign of life for a running run: pushes its heartbeat deadline back."""
+        return self.propose(run_id, "heartbeat")
+
     def flush(self, timeout: float = 30.0) -> None:
         left = self._producer.flush(timeout)
         if self._delivery_error is not None:

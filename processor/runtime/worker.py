@@ -35,13 +35,14 @@ from confluent_kafka.admin import AdminClient
 
 from processor.config import KafkaSettings
 from processor.engine import Commit, Machine
-from processor.intake import DEFAULT_MAX_PROPOSAL_BYTES
+from processor.intake import DEFAULT_MAX_PROPOSAL_BYTES, signed_headers
 from processor.keyring import Keyring
 from processor.pipeline import DeadLetterReason, Outcome, decide_record
 from processor.runtime.outputs import dead_letter_value
 from processor.runtime.restore import restore_partitions
-from processor.runtime.store import PartitionStore
+from processor.runtime.store import FIRED_CHANGELOG_PREFIX, PartitionStore
 from processor.topics import TopicNames, describe_topics, plan_topics
+from schemas.messages import Alert, Proposal, RunSnapshot, Timer
 
 log = logging.getLogger("runstate.worker")
 
@@ -63,6 +64,9 @@ class WorkerConfig:
     commit_max_records: int = 1_000
     max_proposal_bytes: int = DEFAULT_MAX_PROPOSAL_BYTES
     transaction_timeout_ms: int = 10_000
+    timer_interval_ms: int = 200
+    timer_key_id: str | None = None  # keyring key that signs deadline proposals
+    static_membership: bool = False  # group.instance.id = worker id (KIP-345)
     http_host: str = "127.0.0.1"
     http_port: int | None = 0  # None: no HTTP server; 0: a free port
 
@@ -76,6 +80,8 @@ class WorkerStats:
     checkpoints: int = 0
     aborts: int = 0
     restored_records: int = 0
+    deadlines_fired: int = 0
+    alerts_raised: int = 0
     started_at: float = field(default_factory=time.time)
 
 
@@ -98,6 +104,8 @@ class Worker:
         self._state_root = config.state_dir / config.group_id / config.topics.proposals
         self._lock_file: Any = None
         self.worker_id = self._claim_state_dir(config.worker_id)
+        self._timer_key = self._pick_timer_key(config)
+        self._last_punctuation = 0.0
         self.consumer: Consumer | None = None
         self.producer: Producer | None = None
 
@@ -116,6 +124,23 @@ class Worker:
             worker_id = id_file.read_text().strip() if id_file.exists() else uuid.uuid4().hex[:12]
         id_file.write_text(worker_id)
         return worker_id
+
+    @staticmethod
+    def _pick_timer_key(config: WorkerConfig) -> tuple[str, str]:
+        """(key id, secret) that signs the proposals deadlines become: a runtime key."""
+        keys = config.keyring.keys
+        if config.timer_key_id is not None:
+            entry = keys.get(config.timer_key_id)
+            if entry is None:
+                raise WorkerError(f"--timer-key-id {config.timer_key_id} is not in the keyring")
+            return config.timer_key_id, entry.secret
+        for key_id, entry in sorted(keys.items()):
+            if entry.authority == "runtime":
+                return key_id, entry.secret
+        raise WorkerError(
+            "the keyring has no key with authority 'runtime'; deadlines are proposed with "
+            "one (add it, or name one with --timer-key-id)"
+        )
 
     def _check_topics(self) -> None:
         admin = AdminClient(self.config.kafka.client())
@@ -176,6 +201,11 @@ class Worker:
                     "isolation.level": "read_committed",
                     "partition.assignment.strategy": "cooperative-sticky",
                     "enable.partition.eof": False,
+                    **(
+                        {"group.instance.id": f"{self.config.group_id}-{self.worker_id}"}
+                        if self.config.static_membership
+                        else {}
+                    ),
                 },
                 # Failover after a crash takes up to this long (Kafka's default is 45 s).
                 defaults={"session.timeout.ms": 10_000, "heartbeat.interval.ms": 2_000},
@@ -215,6 +245,10 @@ class Worker:
                         log.warning("consumer: %s", err)
                         continue
                     self._process(msg)
+                now = time.monotonic()
+                if now - self._last_punctuation >= self.config.timer_interval_ms / 1000:
+                    self._last_punctuation = now
+                    self._punctuate(int(time.time() * 1000))
                 if self._txn_open and (
                     self._pending >= self.config.commit_max_records
                     or time.monotonic() - self._txn_started >= interval
@@ -268,11 +302,7 @@ class Worker:
         except Exception as exc:  # a bug must not turn one record into a stalled partition
             log.exception("deciding %s[%s]@%s failed", msg.topic(), partition, msg.offset())
             outcome = DeadLetterReason(f"internal error while deciding: {exc!r}")
-        if not self._txn_open:
-            assert self.producer is not None
-            self.producer.begin_transaction()
-            self._txn_open = True
-            self._txn_started = time.monotonic()
+        self._begin()
         key = msg.key()
         if isinstance(outcome, Commit):
             run_key = outcome.snapshot.run_id.encode()
@@ -298,12 +328,109 @@ class Worker:
         self._positions[partition] = (msg.offset() or 0) + 1
         self._pending += 1
 
-    def _produce(self, topic: str, key: bytes | None, value: str, partition: int) -> None:
+    def _begin(self) -> None:
+        if not self._txn_open:
+            assert self.producer is not None
+            self.producer.begin_transaction()
+            self._txn_open = True
+            self._txn_started = time.monotonic()
+
+    # -- timers (the punctuator) -------------------------------------------------
+    def _punctuate(self, now_ms: int) -> None:
+        """Fire every due timer once: a deadline becomes a runtime-signed proposal on the
+        proposals topic, an alert a record on the alerts topic; the mark that it fired
+        goes to the changelog in the same transaction, so no restart fires it again."""
+        for partition, store in list(self.stores.items()):
+            for run_id in store.due_runs(now_ms):
+                snapshot = store.snapshot(run_id)
+                if snapshot is None:
+                    continue
+                for timer in snapshot.timers:
+                    if timer.due_at_ms > now_ms or store.fired(run_id).covers(
+                        timer.revision, timer.name
+                    ):
+                        continue
+                    self._begin()
+                    if timer.kind == "deadline":
+                        self._fire_deadline(partition, snapshot, timer)
+                    else:
+                        self._raise_alert(partition, snapshot, timer, now_ms)
+                    marks = store.stage_fired(run_id, timer.revision, timer.name)
+                    self._produce(
+                        self.topics.changelog,
+                        FIRED_CHANGELOG_PREFIX + run_id.encode(),
+                        marks.encode(),
+                        partition,
+                    )
+                    self._pending += 1
+
+    def _fire_deadline(self, partition: int, snapshot: RunSnapshot, timer: Timer) -> None:
+        assert timer.event is not None
+        proposal = Proposal(
+            # Deterministic: were it ever sent twice, the second would be a `duplicate`.
+            proposal_id=f"timer:{snapshot.run_id}:{timer.revision}:{timer.name}",
+            run_id=snapshot.run_id,
+            event=timer.event,
+            reason=timer.reason,
+            # Anything that happened to the run since (an approval, a heartbeat) wins:
+            # the deadline is then refused revision_conflict.
+            expected_revision=timer.revision,
+            metadata={"timer": timer.name, "due_at_ms": timer.due_at_ms},
+        )
+        value = proposal.model_dump_json(exclude_none=True).encode()
+        key_id, secret = self._timer_key
+        self._produce(
+            self.topics.proposals,
+            snapshot.run_id.encode(),
+            value,
+            partition,
+            headers=signed_headers(value, key_id, secret),
+        )
+        self.stats.deadlines_fired += 1
+        log.info(
+            "deadline %s of %s (revision %d) fired: proposing %s",
+            timer.name,
+            snapshot.run_id,
+            timer.revision,
+            timer.event,
+        )
+
+    def _raise_alert(
+        self, partition: int, snapshot: RunSnapshot, timer: Timer, now_ms: int
+    ) -> None:
+        alert = Alert(
+            run_id=snapshot.run_id,
+            machine=snapshot.machine,
+            rule=timer.name,
+            state=snapshot.state,
+            revision=snapshot.revision,
+            retry_count=snapshot.retry_count,
+            time_in_state_ms=max(0, now_ms - snapshot.entered_state_at_ms),
+            due_at_ms=timer.due_at_ms,
+            at_ms=now_ms,
+        )
+        self._produce(
+            self.topics.alerts, snapshot.run_id.encode(), alert.model_dump_json(), partition
+        )
+        self.stats.alerts_raised += 1
+        log.warning("alert %s: run %s in %s", timer.name, snapshot.run_id, snapshot.state)
+
+    def _produce(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: str | bytes,
+        partition: int,
+        headers: list[tuple[str, str | bytes | None]] | None = None,
+    ) -> None:
         """Outputs go to the proposal's partition number: co-partitioned with the input."""
         assert self.producer is not None
+        data = value.encode() if isinstance(value, str) else value
         while True:
             try:
-                self.producer.produce(topic, value=value.encode(), key=key, partition=partition)
+                self.producer.produce(
+                    topic, value=data, key=key, partition=partition, headers=headers
+                )
                 return
             except BufferError:
                 self.producer.poll(0.05)  # local queue full: let deliveries drain
@@ -330,9 +457,10 @@ class Worker:
             offsets = [
                 TopicPartition(self.topics.proposals, p, off) for p, off in self._positions.items()
             ]
-            self.producer.send_offsets_to_transaction(
-                offsets, self.consumer.consumer_group_metadata(), 30
-            )
+            if offsets:  # a checkpoint of fired timers alone consumed nothing
+                self.producer.send_offsets_to_transaction(
+                    offsets, self.consumer.consumer_group_metadata(), 30
+                )
             self._commit_transaction()
         except KafkaException as exc:
             self._abort(f"checkpoint failed: {exc}")

@@ -18,6 +18,7 @@ from processor.machines import builtin_machines
 from processor.pipeline import DeadLetterReason, decide_record
 from processor.readback import read_topics
 from processor.runtime.process import WorkerProcess as ProductWorkerProcess
+from processor.runtime.store import FIRED_CHANGELOG_PREFIX
 from processor.topics import TopicNames
 from schemas.messages import Proposal, Rejection, RunSnapshot, Transition
 
@@ -188,7 +189,7 @@ def published(env: Env) -> Published:
             rejections.append(Rejection.model_validate_json(msg.value()))
         elif topic == t.dlq:
             dlq += 1
-        elif msg.value() is not None:
+        elif msg.value() is not None and not msg.key().startswith(FIRED_CHANGELOG_PREFIX):
             snapshots[msg.key().decode()] = RunSnapshot.model_validate_json(msg.value())
     return Published(transitions, rejections, dlq, snapshots)
 

@@ -1,0 +1,217 @@
+"""Deadlines and alerts fire exactly once, on time, across kills and partition moves."""
+
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from processor.topics import TopicNames
+from schemas.codes import RejectionCode
+from schemas.messages import Alert, Rejection, Transition
+from tests.integration.harness import Env, WorkerProcess, make_env, published
+
+QUICK_MACHINE = (Path(__file__).parents[2] / "processor/machines/task_lifecycle.yaml").read_text()
+QUICK_MACHINE = (
+    QUICK_MACHINE.replace("name: task_lifecycle", "name: quick_task")
+    .replace("after_ms: 1800000}", "after_ms: 60000}")
+    .replace(
+        "  - {rule: task_paused_abandoned, state: paused, after_ms: 14400000}",
+        "  - {rule: task_paused_abandoned, state: paused, after_ms: 700}",
+    )
+)
+ON_TIME_MS = 1_000  # a deadline's proposal is decided within this of its due time
+
+
+@pytest.fixture
+def env(kafka_bootstrap: str, topic_names: TopicNames, tmp_path: Path) -> Env:
+    env = make_env(kafka_bootstrap, topic_names, tmp_path)
+    (tmp_path / "machines").mkdir()
+    (tmp_path / "machines" / "quick_task.yaml").write_text(QUICK_MACHINE)
+    return env
+
+
+def _worker(env: Env, name: str, *extra: str) -> WorkerProcess:
+    return WorkerProcess(env, env.tmp / name, "--machine-path", str(env.tmp / "machines"), *extra)
+
+
+def _history(env: Env, run_id: str) -> list[Transition]:
+    return sorted(
+        (t for t in published(env).transitions if t.run_id == run_id), key=lambda t: t.revision
+    )
+
+
+def _wait_for(env: Env, run_id: str, state: str, timeout: float = 30.0) -> list[Transition]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        history = _history(env, run_id)
+        if history and history[-1].to_state == state:
+            return history
+        time.sleep(0.3)
+    raise AssertionError(
+        f"{run_id} never reached {state}: {[t.to_state for t in _history(env, run_id)]}"
+    )
+
+
+def _timer_transitions(history: list[Transition]) -> Counter[str]:
+    return Counter(str(t.metadata.get("timer")) for t in history if "timer" in t.metadata)
+
+
+def _assert_on_time(history: list[Transition]) -> None:
+    for t in history:
+        if "timer" in t.metadata:
+            due = int(t.metadata["due_at_ms"])  # type: ignore[arg-type]
+            assert due <= t.at_ms <= due + ON_TIME_MS, f"{t.transition_id}: due {due}, at {t.at_ms}"
+
+
+def test_approval_deadline_fires_once_on_time_and_a_late_approval_is_refused(env: Env) -> None:
+    worker = _worker(env, "w1")
+    try:
+        worker.wait_ready(partitions=3)
+        client = env.client()
+        client.create_and_wait("a1", "task_lifecycle", deadlines={"approval_timeout_ms": 1500})
+        client.propose_and_wait("a1", "start")
+        client.propose_and_wait("a1", "pause_for_approval")
+        history = _wait_for(env, "a1", "failed")
+        last = history[-1]
+        assert (last.event, last.reason, last.from_state) == (
+            "timeout",
+            "approval_timeout",
+            "paused",
+        )
+        assert last.principal.authority == "runtime"
+        assert _timer_transitions(history) == {"approval": 1}
+        _assert_on_time(history)
+        approver = env.client("approver")
+        late = approver.propose_and_wait("a1", "approval_granted")
+        assert isinstance(late, Rejection) and late.code is RejectionCode.TERMINAL_STATE
+        # the alert for an abandoned approval was never due: the run had already failed
+        assert not [a for a in _alerts(env) if a.run_id == "a1"]
+        approver.close()
+        client.close()
+    finally:
+        assert worker.terminate() == 0, worker.log()
+
+
+def test_heartbeats_keep_a_run_running_then_stale_runs_retry_with_backoff(env: Env) -> None:
+    worker = _worker(env, "w1")
+    try:
+        worker.wait_ready(partitions=3)
+        client = env.client()
+        client.create_and_wait(
+            "h1",
+            "task_lifecycle",
+            max_retries=1,
+            deadlines={"heartbeat_timeout_ms": 1500, "retry_backoff_ms": 400},
+        )
+        client.propose_and_wait("h1", "start")
+        for _ in range(8):  # 4 s of heartbeats every 0.5 s: the 1.5 s deadline never falls due
+            client.heartbeat("h1")
+            client.flush()
+            time.sleep(0.5)
+        # then silence: stale -> retrying -> (backoff) retry -> running -> stale -> exhausted
+        history = _wait_for(env, "h1", "failed", timeout=30)
+        beats = [t for t in history if t.event == "heartbeat"]
+        assert len(beats) == 8 and all(t.to_state == "running" for t in beats)
+        first_timer = next(t for t in history if "timer" in t.metadata)
+        assert first_timer.revision == beats[-1].revision + 1  # nothing fired while beating
+        assert first_timer.at_ms >= beats[-1].at_ms + 1500
+        timers = [
+            (t.metadata["timer"], t.event, t.reason) for t in history if "timer" in t.metadata
+        ]
+        assert timers == [
+            ("heartbeat", "transient_error", "recovery_stale_running"),
+            ("retry", "retry", "retry_backoff"),
+            ("heartbeat", "transient_error", "recovery_stale_running"),
+            ("retry", "max_retries_exceeded", "retry_backoff"),
+        ]
+        _assert_on_time(history)
+        retried = next(t for t in history if t.event == "retry")
+        entered = next(t for t in history if t.revision == retried.revision - 1).at_ms
+        assert retried.at_ms - entered >= 320  # 400 ms backoff, at most 20 % jitter early
+        client.close()
+    finally:
+        assert worker.terminate() == 0, worker.log()
+
+
+def test_deadline_survives_sigkill_between_scheduling_and_firing(env: Env) -> None:
+    """Restarted in place (static membership), the worker takes its partitions back at
+    once and fires the deadline on time, once."""
+    state = "w1"
+    worker = _worker(env, state, "--static-membership")
+    worker.wait_ready(partitions=3)
+    client = env.client()
+    client.create_and_wait("k1", "task_lifecycle", deadlines={"approval_timeout_ms": 3000})
+    client.propose_and_wait("k1", "start")
+    client.propose_and_wait("k1", "pause_for_approval")
+    worker.kill()  # scheduled, not fired
+    time.sleep(1.0)
+    again = _worker(env, state, "--static-membership")
+    try:
+        again.wait_ready(partitions=3)
+        history = _wait_for(env, "k1", "failed")
+        time.sleep(1.5)  # would a second firing show up?
+        history = _history(env, "k1")
+        assert _timer_transitions(history) == {"approval": 1}
+        assert history[-1].event == "timeout"
+        _assert_on_time(history)
+        client.close()
+    finally:
+        assert again.terminate() == 0, again.log()
+
+
+def test_deadline_moves_with_its_partition(env: Env) -> None:
+    first = _worker(env, "w1")
+    first.wait_ready(partitions=3)
+    client = env.client()
+    client.create_and_wait("m1", "task_lifecycle", deadlines={"approval_timeout_ms": 4000})
+    client.propose_and_wait("m1", "start")
+    client.propose_and_wait("m1", "pause_for_approval")
+    second = _worker(env, "w2")  # empty state dir: it restores what it is given
+    try:
+        second.wait_ready()
+        assert first.terminate() == 0, first.log()  # its partitions move to the second
+        second.wait_ready(partitions=3)
+        history = _wait_for(env, "m1", "failed")
+        time.sleep(1.0)
+        history = _history(env, "m1")
+        assert _timer_transitions(history) == {"approval": 1}
+        _assert_on_time(history)
+        health = second.health()
+        assert health is not None and health["stats"]["deadlines_fired"] == 1
+        client.close()
+    finally:
+        assert second.terminate() == 0, second.log()
+
+
+def _alerts(env: Env) -> list[Alert]:
+    from processor.config import KafkaSettings
+    from processor.readback import read_topics
+
+    return [
+        Alert.model_validate_json(m.value())
+        for m in read_topics(KafkaSettings(env.bootstrap), [env.topics.alerts])
+    ]
+
+
+def test_alert_raised_once_with_time_in_state(env: Env) -> None:
+    worker = _worker(env, "w1")
+    try:
+        worker.wait_ready(partitions=3)
+        client = env.client()
+        client.create_and_wait("al1", "quick_task")
+        client.propose_and_wait("al1", "start")
+        client.propose_and_wait("al1", "pause_for_approval")
+        deadline = time.monotonic() + 20
+        alerts: list[Alert] = []
+        while time.monotonic() < deadline and not alerts:
+            alerts = [a for a in _alerts(env) if a.run_id == "al1"]
+            time.sleep(0.3)
+        time.sleep(1.0)
+        alerts = [a for a in _alerts(env) if a.run_id == "al1"]
+        assert [a.rule for a in alerts] == ["task_paused_abandoned"]
+        assert alerts[0].state == "paused" and alerts[0].time_in_state_ms >= 700
+        assert _history(env, "al1")[-1].to_state == "paused"  # alerts change nothing
+        client.close()
+    finally:
+        assert worker.terminate() == 0, worker.log()
