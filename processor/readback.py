@@ -8,6 +8,7 @@ import uuid
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
+from processor.audit import Record
 from processor.config import KafkaSettings
 
 
@@ -53,5 +54,75 @@ def read_topics(
                 elif err.code() == KafkaError._PARTITION_EOF:
                     remaining.discard((msg.topic() or "", msg.partition() or 0))
         return out
+    finally:
+        consumer.close()
+
+
+def read_partitions(
+    settings: KafkaSettings, topic: str, *, committed: bool = True
+) -> dict[int, list[Record]]:
+    """Every record of `topic` as plain data, grouped by partition in offset order."""
+    out: dict[int, list[Record]] = {}
+    for msg in read_topics(settings, [topic], committed=committed):
+        record = as_record(msg)
+        out.setdefault(record.partition, []).append(record)
+    return out
+
+
+def as_record(msg: Message) -> Record:
+    return Record(
+        partition=msg.partition() or 0,
+        offset=msg.offset() or 0,
+        key=msg.key(),
+        value=msg.value(),
+        headers=msg.headers(),
+        timestamp_ms=msg.timestamp()[1],
+    )
+
+
+def read_partition(
+    settings: KafkaSettings, topic: str, partition: int, start: int = 0, timeout: float = 600.0
+) -> list[Record]:
+    """One partition of `topic` from offset `start` to its end, read committed."""
+    consumer = Consumer(
+        settings.client(
+            {
+                "group.id": f"runstate-reader-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "isolation.level": "read_committed",
+            }
+        )
+    )
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+        if max(start, low) >= high:
+            return []
+        consumer.assign([TopicPartition(topic, partition, max(start, low))])
+        out: list[Record] = []
+        deadline = time.monotonic() + timeout
+        while True:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"could not read {topic}[{partition}] to the end")
+            for msg in consumer.consume(num_messages=1000, timeout=0.5):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        return out
+                    continue
+                out.append(as_record(msg))
+    finally:
+        consumer.close()
+
+
+def offset_for_time(settings: KafkaSettings, topic: str, partition: int, at_ms: int) -> int:
+    """The first offset of `topic[partition]` with a timestamp at or after `at_ms`."""
+    consumer = Consumer(settings.client({"group.id": f"runstate-reader-{uuid.uuid4().hex}"}))
+    try:
+        found = consumer.offsets_for_times([TopicPartition(topic, partition, at_ms)], timeout=30)
+        offset = found[0].offset
+        if offset < 0:  # nothing at or after it
+            return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)[1]
+        return offset
     finally:
         consumer.close()

@@ -6,6 +6,7 @@ from processor.cli.broker import broker
 from processor.cli.demo import demo
 from processor.cli.keys import keys
 from processor.cli.machines import machines
+from processor.cli.recovery import replay, verify
 from processor.cli.runs import create, get, history, propose, tail
 from processor.cli.topics import topics
 from processor.cli.worker import worker
@@ -30,7 +31,21 @@ def cli() -> None:
     """
 
 
-for command in (demo, worker, create, propose, get, history, tail, topics, machines, broker, keys):
+for command in (
+    demo,
+    worker,
+    create,
+    propose,
+    get,
+    history,
+    tail,
+    replay,
+    verify,
+    topics,
+    machines,
+    broker,
+    keys,
+):
     cli.add_command(command)
 
 

@@ -8,20 +8,28 @@ from typing import Any
 
 import click
 from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from processor.cli.options import (
     bootstrap_option,
     kafka_setting_option,
     keyring_file_option,
+    machine_path_option,
     option,
     topic_prefix_option,
     worker_url_option,
 )
+from processor.cli.recovery import parse_time
 from processor.client import OutcomeTimeout, RunReader, RunstateClient
 from processor.config import KafkaSettings
+from processor.engine.parse import MachineFileError
 from processor.keyring import KeyringError, load_keyring
+from processor.machines import load_catalog
+from processor.partitioning import partition_for
+from processor.readback import read_partition
+from processor.replay import apply_transitions
 from processor.topics import TopicNames
-from schemas.messages import Rejection
+from schemas.messages import Rejection, RunSnapshot, Transition
 
 key_id_option = option(
     "--key-id",
@@ -187,15 +195,85 @@ def _reader(worker_urls: tuple[str, ...]) -> RunReader:
 @click.command()
 @click.argument("run_id")
 @worker_url_option
-def get(run_id: str, worker_urls: tuple[str, ...]) -> None:
-    """Print run RUN_ID's committed snapshot (JSON), from a worker's HTTP API."""
-    try:
-        snapshot = _reader(worker_urls).snapshot(run_id)
-    except LookupError as exc:
-        raise click.ClickException(str(exc)) from exc
+@option(
+    "--at",
+    "at_time",
+    env="AT",
+    default=None,
+    help="The run as it stood at this time (epoch ms or ISO-8601), rebuilt from the "
+    "transitions topic instead of asked from a worker.",
+)
+@option(
+    "--at-offset",
+    env="AT_OFFSET",
+    type=int,
+    default=None,
+    help="The run as it stood after this offset of its transitions partition.",
+)
+@bootstrap_option
+@kafka_setting_option
+@topic_prefix_option
+@machine_path_option
+def get(
+    run_id: str,
+    worker_urls: tuple[str, ...],
+    at_time: str | None,
+    at_offset: int | None,
+    bootstrap_servers: str | None,
+    kafka_settings: tuple[str, ...],
+    topic_prefix: str,
+    machine_paths: tuple[Path, ...],
+) -> None:
+    """Print run RUN_ID's committed snapshot (JSON): now, from a worker's HTTP API, or
+    as it stood at a time or offset, replayed from the transitions topic."""
+    if at_time is None and at_offset is None:
+        try:
+            snapshot = _reader(worker_urls).snapshot(run_id)
+        except LookupError as exc:
+            raise click.ClickException(str(exc)) from exc
+    else:
+        snapshot = _snapshot_then(
+            run_id,
+            None if at_time is None else parse_time(at_time),
+            at_offset,
+            KafkaSettings.resolve(bootstrap_servers, kafka_settings),
+            TopicNames.with_prefix(topic_prefix),
+            machine_paths,
+        )
     if snapshot is None:
-        raise click.ClickException(f"no run '{run_id}'")
+        raise click.ClickException(f"no run '{run_id}' (at that point)")
     click.echo(snapshot.model_dump_json(indent=2))
+
+
+def _snapshot_then(
+    run_id: str,
+    at_ms: int | None,
+    at_offset: int | None,
+    settings: KafkaSettings,
+    topics: TopicNames,
+    machine_paths: tuple[Path, ...],
+) -> RunSnapshot | None:
+    try:
+        machines = load_catalog(machine_paths)
+    except MachineFileError as exc:
+        raise click.ClickException(str(exc)) from exc
+    partitions = AdminClient(settings.client()).list_topics(topics.transitions, timeout=30)
+    count = len(partitions.topics[topics.transitions].partitions)
+    partition = partition_for(run_id, count)
+    pairs = []
+    for record in read_partition(settings, topics.transitions, partition):
+        if record.key != run_id.encode():
+            continue
+        if at_offset is not None and record.offset > at_offset:
+            break
+        transition = Transition.model_validate_json(record.value or b"")
+        if at_ms is not None and transition.at_ms > at_ms:
+            break
+        pairs.append((transition, record.offset))
+    result = apply_transitions(machines, pairs)
+    if result.problems:
+        raise click.ClickException("; ".join(str(p) for p in result.problems))
+    return result.snapshots.get(run_id)
 
 
 @click.command()

@@ -11,16 +11,13 @@ On any failure before 4 the transaction is aborted, staged state dropped and the
 consumer rewound to the committed offsets: nothing is half-applied.
 """
 
-import fcntl
 import logging
 import os
 import threading
 import time
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -40,6 +37,7 @@ from processor.keyring import Keyring
 from processor.pipeline import DeadLetterReason, Outcome, decide_record
 from processor.runtime.outputs import dead_letter_value
 from processor.runtime.restore import restore_partitions
+from processor.runtime.statedir import StateDir, StateDirBusy
 from processor.runtime.store import FIRED_CHANGELOG_PREFIX, PartitionStore
 from processor.topics import TopicNames, describe_topics, plan_topics
 from schemas.messages import Alert, Proposal, RunSnapshot, Timer
@@ -101,30 +99,19 @@ class Worker:
         self._positions: dict[int, int] = {}
         self._delivered: dict[tuple[str, int], int] = {}
         self._delivery_error: KafkaError | None = None
-        self._state_root = config.state_dir / config.group_id / config.topics.proposals
-        self._lock_file: Any = None
-        self.worker_id = self._claim_state_dir(config.worker_id)
+        try:
+            self.state_dir = StateDir(
+                config.state_dir, config.group_id, config.topics.proposals
+            ).claim()
+        except StateDirBusy as exc:
+            raise WorkerError(str(exc)) from exc
+        self.worker_id = self.state_dir.worker_id(config.worker_id)
         self._timer_key = self._pick_timer_key(config)
         self._last_punctuation = 0.0
         self.consumer: Consumer | None = None
         self.producer: Producer | None = None
 
     # -- life cycle ------------------------------------------------------------
-    def _claim_state_dir(self, worker_id: str | None) -> str:
-        self._state_root.mkdir(parents=True, exist_ok=True)
-        self._lock_file = open(self._state_root / "LOCK", "w")  # noqa: SIM115 - held for life
-        try:
-            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as exc:
-            raise WorkerError(
-                f"another worker uses {self._state_root}; give each worker its own --state-dir"
-            ) from exc
-        id_file = self._state_root / "worker_id"
-        if worker_id is None:
-            worker_id = id_file.read_text().strip() if id_file.exists() else uuid.uuid4().hex[:12]
-        id_file.write_text(worker_id)
-        return worker_id
-
     @staticmethod
     def _pick_timer_key(config: WorkerConfig) -> tuple[str, str]:
         """(key id, secret) that signs the proposals deadlines become: a runtime key."""
@@ -275,9 +262,7 @@ class Worker:
             for store in self.stores.values():
                 store.close()
             self.stores.clear()
-        if self._lock_file is not None:
-            self._lock_file.close()
-            self._lock_file = None
+        self.state_dir.release()
         log.info("worker %s stopped", self.worker_id)
 
     # -- processing ------------------------------------------------------------
@@ -530,7 +515,7 @@ class Worker:
         assigned = sorted(tp.partition for tp in partitions)
         if not assigned:
             return
-        new = {p: PartitionStore(self._state_root / f"p{p}") for p in assigned}
+        new = {p: PartitionStore(self.state_dir.partition(p)) for p in assigned}
         self.stats.restored_records += restore_partitions(self.config.kafka, self.topics, new)
         with self.stores_lock:
             self.stores.update(new)

@@ -22,6 +22,8 @@ from processor.runtime.store import FIRED_CHANGELOG_PREFIX
 from processor.topics import TopicNames
 from schemas.messages import Proposal, Rejection, RunSnapshot, Transition
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 @dataclass
 class Env:

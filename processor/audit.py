@@ -1,0 +1,126 @@
+"""`runstate verify`: the transitions topic is what the proposals topic implies.
+
+Per partition, the proposals are decided again from offset 0 with the same pure
+pipeline the worker runs; the commits that come out must equal the transitions topic
+record by record. Independently, every transition's hash is recomputed and every
+run's chain of `prev_hash` links checked. Any difference is reported with its offset.
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from processor.engine import Commit, Machine
+from processor.intake import DEFAULT_MAX_PROPOSAL_BYTES, Headers
+from processor.keyring import Keyring
+from processor.pipeline import decide_record
+from schemas.audit import transition_hash
+from schemas.messages import RunSnapshot, Transition
+
+
+@dataclass(frozen=True)
+class Record:
+    """A record as read back from a topic."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+    timestamp_ms: int
+
+
+@dataclass(frozen=True)
+class Finding:
+    partition: int
+    offset: int | None
+    detail: str
+
+    def __str__(self) -> str:
+        where = f"offset {self.offset}" if self.offset is not None else "end of partition"
+        return f"transitions partition {self.partition}, {where}: {self.detail}"
+
+
+def _differences(expected: Transition, found: Transition) -> str:
+    fields = [
+        name
+        for name in type(expected).model_fields
+        if getattr(expected, name) != getattr(found, name)
+    ]
+    return ", ".join(fields)
+
+
+def verify_partition(
+    partition: int,
+    proposals: Sequence[Record],
+    transitions: Sequence[Record],
+    *,
+    machines: Mapping[str, Machine],
+    keyring: Keyring,
+    max_bytes: int = DEFAULT_MAX_PROPOSAL_BYTES,
+) -> list[Finding]:
+    findings: list[Finding] = []
+    state: dict[str, RunSnapshot] = {}
+    expected: list[Transition] = []
+    for record in proposals:
+        outcome = decide_record(
+            record.key,
+            record.value,
+            record.headers,
+            record.timestamp_ms,
+            keyring=keyring,
+            machines=machines,
+            lookup=state.get,
+            max_bytes=max_bytes,
+        )
+        if isinstance(outcome, Commit):
+            state[outcome.snapshot.run_id] = outcome.snapshot
+            expected.append(outcome.transition)
+
+    last_hash: dict[str, str] = {}
+    for index, record in enumerate(transitions):
+        try:
+            found = Transition.model_validate_json(record.value or b"")
+        except ValidationError as exc:
+            findings.append(
+                Finding(partition, record.offset, f"not a transition: {exc.errors()[0]['msg']}")
+            )
+            continue
+        if index >= len(expected):
+            findings.append(
+                Finding(partition, record.offset, f"{found.transition_id} follows from no proposal")
+            )
+        elif found != expected[index]:
+            findings.append(
+                Finding(
+                    partition,
+                    record.offset,
+                    f"{found.transition_id} differs from the replay of the proposals in: "
+                    f"{_differences(expected[index], found)}",
+                )
+            )
+        if transition_hash(found.__dict__) != found.hash:
+            findings.append(
+                Finding(
+                    partition,
+                    record.offset,
+                    f"{found.transition_id}: hash does not match its content",
+                )
+            )
+        if found.prev_hash != last_hash.get(found.run_id, ""):
+            findings.append(
+                Finding(
+                    partition,
+                    record.offset,
+                    f"{found.transition_id}: prev_hash breaks the run's chain",
+                )
+            )
+        last_hash[found.run_id] = found.hash
+    for missing in expected[len(transitions) :]:
+        findings.append(
+            Finding(
+                partition, None, f"{missing.transition_id} is implied by the proposals but missing"
+            )
+        )
+    return findings

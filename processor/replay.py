@@ -1,0 +1,100 @@
+"""Rebuild runs from their transitions: every transition is decided again from the
+snapshot before it, and must come out identical (hash included).
+
+This is what `runstate replay` (stores rebuilt when local state and changelog are
+gone) and `runstate get --at` (a run as it stood then) run on; pure over its inputs.
+"""
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from processor.engine import Commit, Machine, decide
+from schemas.messages import Proposal, RunSnapshot, Transition
+
+
+@dataclass
+class ReplayProblem:
+    transition_id: str
+    offset: int | None
+    detail: str
+
+    def __str__(self) -> str:
+        where = f" (offset {self.offset})" if self.offset is not None else ""
+        return f"{self.transition_id}{where}: {self.detail}"
+
+
+@dataclass
+class Replayed:
+    snapshots: dict[str, RunSnapshot] = field(default_factory=dict)
+    applied: int = 0
+    skipped: int = 0
+    problems: list[ReplayProblem] = field(default_factory=list)
+
+
+def proposal_of(transition: Transition) -> Proposal:
+    """The proposal a transition committed, as far as it decides the outcome."""
+    return Proposal.trusted(
+        {
+            "schema_version": 1,
+            "proposal_id": transition.proposal_id,
+            "run_id": transition.run_id,
+            "event": transition.event,
+            "expected_revision": None,  # it matched when committed; it changes nothing else
+            "reason": transition.reason,
+            "payload": transition.payload,
+            "metadata": transition.metadata,
+        }
+    )
+
+
+def apply_transitions(
+    machines: Mapping[str, Machine],
+    transitions: Iterable[tuple[Transition, int | None]],
+    start: Mapping[str, RunSnapshot] | None = None,
+) -> Replayed:
+    """Apply (transition, offset) pairs in log order onto `start` snapshots.
+
+    A transition at or below a run's current revision is skipped (already applied); one
+    that does not follow directly, or that deciding again does not reproduce, is a
+    problem and leaves the run as it was."""
+    result = Replayed(snapshots=dict(start or {}))
+    for transition, offset in transitions:
+        current = result.snapshots.get(transition.run_id)
+        expected = 0 if current is None else current.revision + 1
+        if current is not None and transition.revision < expected:
+            result.skipped += 1
+            continue
+        if transition.revision != expected:
+            result.problems.append(
+                ReplayProblem(
+                    transition.transition_id,
+                    offset,
+                    f"revision {transition.revision} does not follow {expected - 1}",
+                )
+            )
+            continue
+        decision = decide(
+            machines, current, proposal_of(transition), transition.principal, transition.at_ms
+        )
+        if not isinstance(decision, Commit):
+            result.problems.append(
+                ReplayProblem(
+                    transition.transition_id,
+                    offset,
+                    f"deciding it again refuses it: {decision.code.value}: {decision.detail}",
+                )
+            )
+            continue
+        if decision.transition != transition:
+            result.problems.append(
+                ReplayProblem(
+                    transition.transition_id,
+                    offset,
+                    "deciding it again gives a different transition "
+                    f"(hash {decision.transition.hash[:12]}, record {transition.hash[:12]})",
+                )
+            )
+            continue
+        result.snapshots[transition.run_id] = decision.snapshot
+        result.applied += 1
+    return result

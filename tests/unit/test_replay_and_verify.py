@@ -1,0 +1,116 @@
+"""Replay from transitions and verification against proposals, without a broker."""
+
+from processor.audit import Record, verify_partition
+from processor.engine import Commit
+from processor.intake import signed_headers
+from processor.keyring import Keyring, generate_keyring
+from processor.machines import builtin_machines
+from processor.pipeline import decide_record
+from processor.replay import apply_transitions
+from schemas import Proposal, RunSnapshot, Transition
+from tests.unit.driver import APPROVER, Driver
+
+MACHINES = builtin_machines()
+
+
+def _lifecycle() -> Driver:
+    run = Driver(run_id="v1")
+    run.create("task_lifecycle", max_retries=2)
+    run.commit("start")
+    run.commit("step_started", payload={"step": "s", "idempotency_key": "k"})
+    run.commit("step_succeeded", payload={"step": "s", "result": {"ok": 1}})
+    run.commit("pause_for_approval")
+    run.commit("approval_granted", APPROVER)
+    run.commit("transient_error")
+    run.commit("retry")
+    run.commit("complete")
+    return run
+
+
+def test_replaying_transitions_rebuilds_the_snapshot() -> None:
+    run = _lifecycle()
+    result = apply_transitions(MACHINES, [(t, i) for i, t in enumerate(run.history)])
+    assert result.problems == [] and result.applied == len(run.history)
+    assert result.snapshots["v1"] == run.snapshot
+
+
+def test_replay_from_a_midpoint_skips_what_the_store_has() -> None:
+    run = _lifecycle()
+    half = apply_transitions(MACHINES, [(t, i) for i, t in enumerate(run.history[:4])])
+    rest = apply_transitions(
+        MACHINES, [(t, i) for i, t in enumerate(run.history[2:])], start=half.snapshots
+    )
+    assert rest.skipped == 2 and rest.problems == []
+    assert rest.snapshots["v1"] == run.snapshot
+
+
+def test_replay_names_gaps_and_altered_transitions() -> None:
+    run = _lifecycle()
+    gap = apply_transitions(MACHINES, [(run.history[0], 0), (run.history[2], 2)])
+    assert "does not follow" in str(gap.problems[0]) and "offset 2" in str(gap.problems[0])
+    altered = run.history[1].model_copy(update={"to_state": "done"})
+    bad = apply_transitions(MACHINES, [(run.history[0], 0), (altered, 1)])
+    assert "different transition" in bad.problems[0].detail
+    forged = run.history[1].model_copy(update={"event": "complete"})
+    refused = apply_transitions(MACHINES, [(run.history[0], 0), (forged, 1)])
+    assert "refuses it: invalid_transition" in refused.problems[0].detail
+
+
+def _records() -> tuple[Keyring, list[Record], list[Record]]:
+    """Signed proposal records and the transition records the worker would publish."""
+    keyring = generate_keyring()
+    events = [
+        ("create", "runtime", {"machine": "owned_run"}),
+        ("run_started", "runtime", {}),
+        ("run_completed", "model", {}),  # refused: no transition
+        ("tool_result", "tool", {"fact": "build=green"}),
+        ("run_completed", "runtime", {}),
+    ]
+    proposals = []
+    for offset, (event, key, payload) in enumerate(events):
+        value = Proposal(proposal_id=f"p{offset}", run_id="r", event=event, payload=payload)
+        raw = value.model_dump_json(exclude_none=True).encode()
+        headers = signed_headers(raw, key, keyring.keys[key].secret)
+        proposals.append(Record(0, offset, b"r", raw, headers, 1000 + offset))
+    state: dict[str, RunSnapshot] = {}
+    transitions = []
+    for rec in proposals:
+        outcome = decide_record(
+            rec.key,
+            rec.value,
+            rec.headers,
+            rec.timestamp_ms,
+            keyring=keyring,
+            machines=MACHINES,
+            lookup=state.get,
+        )
+        if isinstance(outcome, Commit):
+            state["r"] = outcome.snapshot
+            raw = outcome.transition.model_dump_json().encode()
+            # offsets leave gaps, as transaction markers do
+            transitions.append(Record(0, len(transitions) * 2, b"r", raw, None, 0))
+    return keyring, proposals, transitions
+
+
+def test_verify_passes_on_a_clean_history_and_names_the_altered_offset() -> None:
+    keyring, proposals, transitions = _records()
+    assert verify_partition(0, proposals, transitions, machines=MACHINES, keyring=keyring) == []
+
+    altered = Transition.model_validate_json(transitions[2].value or b"")
+    tampered = altered.model_copy(update={"to_state": "cancelled"}).model_dump_json().encode()
+    edited = [
+        *transitions[:2],
+        Record(0, transitions[2].offset, b"r", tampered, None, 0),
+        *transitions[3:],
+    ]
+    findings = verify_partition(0, proposals, edited, machines=MACHINES, keyring=keyring)
+    assert findings and all(f.offset == transitions[2].offset for f in findings)
+    assert "differs from the replay of the proposals in: to_state" in str(findings[0])
+    assert any("hash does not match" in f.detail for f in findings)
+
+    garbage = [*transitions[:1], Record(0, 7, b"r", b"{nope", None, 0)]
+    found = verify_partition(0, proposals, garbage, machines=MACHINES, keyring=keyring)
+    assert "offset 7: not a transition" in str(found[0])
+    assert any("missing" in f.detail and f.offset is None for f in found)
+    extra = verify_partition(0, proposals[:2], transitions, machines=MACHINES, keyring=keyring)
+    assert any("follows from no proposal" in f.detail for f in extra)
