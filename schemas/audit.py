@@ -14,61 +14,30 @@ record breaks its own hash and every later link.
 
 import hashlib
 import json
-from collections.abc import Callable
 from json import encoder as _encoder
 from typing import Any
 
-encode_basestring: Callable[[str], str] = _encoder.encode_basestring
 _slow = json.JSONEncoder(separators=(",", ":"), sort_keys=True, ensure_ascii=False)
 _c_make_encoder = getattr(_encoder, "c_make_encoder", None)
 if _c_make_encoder is not None:
-    # One C encoder for every call: JSONEncoder.encode builds a new one each time.
+    # One C encoder for every call (JSONEncoder.encode builds a new one each time):
+    # the same text as json.dumps(..., separators, sort_keys, ensure_ascii=False).
     _c_encode = _c_make_encoder(
-        None, _slow.default, encode_basestring, None, ":", ",", True, False, True
+        None, _slow.default, _encoder.encode_basestring, None, ":", ",", True, False, True
     )
 
-    def _encode_other(value: Any) -> str:
-        return "".join(_c_encode(value, 0))
+    def _canonical(values: list[Any]) -> str:
+        return "".join(_c_encode(values, 0))
 
 else:  # pragma: no cover - CPython always has the C encoder
 
-    def _encode_other(value: Any) -> str:
-        return _slow.encode(value)
-
-
-def _json(value: Any) -> str:
-    # The same text as json.dumps(..., separators, sort_keys, ensure_ascii=False) gives,
-    # without building an encoder per value (the hash was the engine's largest cost).
-    if value is None:
-        return "null"
-    kind = type(value)
-    if kind is str:
-        text: str = encode_basestring(value)
-        return text
-    if kind is int:
-        return str(value)
-    if kind is dict and not value:
-        return "{}"
-    return _encode_other(value)
+    def _canonical(values: list[Any]) -> str:
+        return _slow.encode(values)
 
 
 def transition_hash(fields: dict[str, Any]) -> str:
     """The hash of a transition given as its field values (a model's __dict__ works)."""
-    e = encode_basestring
-    principal = fields["principal"]
-    from_state, reason = fields["from_state"], fields["reason"]
-    # Field types are fixed by the Transition model, so each is encoded directly; a
-    # unit test checks this text equals canonical_text() of the same values.
-    text = (
-        f"[{fields['schema_version']:d},{e(fields['transition_id'])},{e(fields['run_id'])},"
-        f"{e(fields['machine'])},{fields['revision']:d},"
-        f"{'null' if from_state is None else e(from_state)},{e(fields['to_state'])},"
-        f"{e(fields['event'])},{e(fields['proposal_id'])},{e(principal.source)},"
-        f"{e(principal.authority)},{'null' if reason is None else e(reason)},"
-        f"{_json(fields['payload'])},{_json(fields['metadata'])},{fields['retry_count']:d},"
-        f"{fields['at_ms']:d},{e(fields['prev_hash'])}]"
-    )
-    return hashlib.sha256(text.encode()).hexdigest()
+    return hashlib.sha256(_canonical(canonical_values(fields)).encode()).hexdigest()
 
 
 def canonical_values(fields: dict[str, Any]) -> list[Any]:

@@ -23,6 +23,7 @@ from processor.keyring import dump_keyring, generate_keyring
 from processor.readback import read_topics
 from processor.runtime.process import WorkerProcess
 from processor.topics import TopicNames, create_topics, plan_topics
+from schemas.messages import Rejection, Transition
 
 
 @click.command()
@@ -177,12 +178,21 @@ def _summary(console: Console, result: DemoResult, dlq: int) -> bool:
         runs.add_row(machine, str(sum(states.values())), shown)
     console.print(runs)
 
-    codes = Counter(r.code.value for r in rejections)
-    outcomes = Table("outcome", "count", title="Outcomes")
-    outcomes.add_row("transitions (committed)", str(len(transitions)))
-    for code, n in codes.most_common():
-        outcomes.add_row(f"rejected: {code}", str(n))
-    outcomes.add_row("DLQ (not a proposal)", f"{dlq} of {result.garbage_sent} sent")
+    # Deadlines the processor proposed itself (retry backoff) race the agents' own
+    # proposals; whichever comes second is refused. Counted apart from the agents'.
+    def by_timer(outcome: Transition | Rejection) -> bool:
+        return (outcome.proposal_id or "").startswith("timer:")
+
+    outcomes = Table("outcome", "agents", "processor deadlines", title="Outcomes")
+    outcomes.add_row(
+        "transitions (committed)",
+        str(sum(not by_timer(t) for t in transitions)),
+        str(sum(by_timer(t) for t in transitions)),
+    )
+    codes = Counter((r.code.value, by_timer(r)) for r in rejections)
+    for code in sorted({c for c, _ in codes}, key=lambda c: -codes[(c, False)]):
+        outcomes.add_row(f"rejected: {code}", str(codes[(code, False)]), str(codes[(code, True)]))
+    outcomes.add_row("DLQ (not a proposal)", f"{dlq} of {result.garbage_sent} sent", "")
     console.print(outcomes)
 
     sent = sum(result.sent.values())

@@ -134,52 +134,80 @@ def test_heartbeats_keep_a_run_running_then_stale_runs_retry_with_backoff(env: E
         assert worker.terminate() == 0, worker.log()
 
 
-def test_deadline_survives_sigkill_between_scheduling_and_firing(env: Env) -> None:
+def _arm(env: Env, run_id: str, kind: str) -> str:
+    """Bring a run to where a deadline of `kind` is armed, due in about 3 s; returns
+    the state the deadline's proposal leads to."""
+    client = env.client()
+    if kind == "approval":
+        client.create_and_wait(run_id, "task_lifecycle", deadlines={"approval_timeout_ms": 3000})
+        client.propose_and_wait(run_id, "start")
+        client.propose_and_wait(run_id, "pause_for_approval")
+        final = "failed"
+    elif kind == "heartbeat":
+        client.create_and_wait(
+            run_id,
+            "task_lifecycle",
+            max_retries=1,  # and a long backoff: the run then waits in retrying
+            deadlines={"heartbeat_timeout_ms": 3000, "retry_backoff_ms": 600_000},
+        )
+        client.propose_and_wait(run_id, "start")
+        final = "retrying"
+    else:
+        client.create_and_wait(
+            run_id, "task_lifecycle", max_retries=1, deadlines={"retry_backoff_ms": 3000}
+        )
+        client.propose_and_wait(run_id, "start")
+        client.propose_and_wait(run_id, "transient_error")
+        final = "running"
+    client.close()
+    return final
+
+
+KINDS = ["approval", "heartbeat", "retry"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_deadline_survives_sigkill_between_scheduling_and_firing(env: Env, kind: str) -> None:
     """Restarted in place (static membership), the worker takes its partitions back at
     once and fires the deadline on time, once."""
     state = "w1"
     worker = _worker(env, state, "--static-membership")
     worker.wait_ready(partitions=3)
-    client = env.client()
-    client.create_and_wait("k1", "task_lifecycle", deadlines={"approval_timeout_ms": 3000})
-    client.propose_and_wait("k1", "start")
-    client.propose_and_wait("k1", "pause_for_approval")
+    run_id = f"k-{kind}"
+    final = _arm(env, run_id, kind)
     worker.kill()  # scheduled, not fired
     time.sleep(1.0)
     again = _worker(env, state, "--static-membership")
     try:
         again.wait_ready(partitions=3)
-        history = _wait_for(env, "k1", "failed")
+        _wait_for(env, run_id, final)
         time.sleep(1.5)  # would a second firing show up?
-        history = _history(env, "k1")
-        assert _timer_transitions(history) == {"approval": 1}
-        assert history[-1].event == "timeout"
+        history = _history(env, run_id)
+        assert _timer_transitions(history) == {kind: 1}
+        assert history[-1].to_state == final
         _assert_on_time(history)
-        client.close()
     finally:
         assert again.terminate() == 0, again.log()
 
 
-def test_deadline_moves_with_its_partition(env: Env) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_deadline_moves_with_its_partition(env: Env, kind: str) -> None:
     first = _worker(env, "w1")
     first.wait_ready(partitions=3)
-    client = env.client()
-    client.create_and_wait("m1", "task_lifecycle", deadlines={"approval_timeout_ms": 4000})
-    client.propose_and_wait("m1", "start")
-    client.propose_and_wait("m1", "pause_for_approval")
+    run_id = f"m-{kind}"
+    final = _arm(env, run_id, kind)
     second = _worker(env, "w2")  # empty state dir: it restores what it is given
     try:
         second.wait_ready()
         assert first.terminate() == 0, first.log()  # its partitions move to the second
         second.wait_ready(partitions=3)
-        history = _wait_for(env, "m1", "failed")
+        _wait_for(env, run_id, final)
         time.sleep(1.0)
-        history = _history(env, "m1")
-        assert _timer_transitions(history) == {"approval": 1}
+        history = _history(env, run_id)
+        assert _timer_transitions(history) == {kind: 1}
         _assert_on_time(history)
         health = second.health()
         assert health is not None and health["stats"]["deadlines_fired"] == 1
-        client.close()
     finally:
         assert second.terminate() == 0, second.log()
 
