@@ -34,6 +34,14 @@ def setup_logging(level: str) -> None:
 
 
 @click.command()
+@option(
+    "--runtime",
+    env="RUNTIME",
+    type=click.Choice(["native", "faust"]),
+    default="native",
+    help="native: confluent-kafka, exactly once. faust: a faust-streaming app over a "
+    "rocksdict Table, at least once with recognisable duplicates (see README).",
+)
 @bootstrap_option
 @kafka_setting_option
 @topic_prefix_option
@@ -101,6 +109,7 @@ def setup_logging(level: str) -> None:
 )
 @option("--log-level", env="LOG_LEVEL", default="info", help="debug, info, warning, error.")
 def worker(
+    runtime: str,
     bootstrap_servers: str | None,
     kafka_settings: tuple[str, ...],
     topic_prefix: str,
@@ -124,28 +133,33 @@ def worker(
     Start more workers with the same --group-id (each with its own --state-dir) to
     share the partitions. SIGTERM or Ctrl-C commits what is in flight and leaves.
     """
-    setup_logging(log_level)
+    if runtime == "native":
+        setup_logging(log_level)
     try:
         settings = KafkaSettings.resolve(bootstrap_servers, kafka_settings)
         keyring = load_keyring(keyring_file, os.environ.get("RUNSTATE_KEYRING"))
         machines = load_catalog(machine_paths)
-        running = Worker(
-            WorkerConfig(
-                kafka=settings,
-                topics=TopicNames.with_prefix(topic_prefix),
-                keyring=keyring,
-                machines=machines,
-                state_dir=state_dir,
-                group_id=group_id,
-                worker_id=worker_id,
-                commit_interval_ms=commit_interval_ms,
-                commit_max_records=commit_max_records,
-                max_proposal_bytes=max_proposal_bytes,
-                timer_interval_ms=timer_interval_ms,
-                timer_key_id=timer_key_id,
-                static_membership=static_membership,
-            )
+        config = WorkerConfig(
+            kafka=settings,
+            topics=TopicNames.with_prefix(topic_prefix),
+            keyring=keyring,
+            machines=machines,
+            state_dir=state_dir,
+            group_id=group_id,
+            worker_id=worker_id,
+            commit_interval_ms=commit_interval_ms,
+            commit_max_records=commit_max_records,
+            max_proposal_bytes=max_proposal_bytes,
+            timer_interval_ms=timer_interval_ms,
+            timer_key_id=timer_key_id,
+            static_membership=static_membership,
         )
+        if runtime == "faust":
+            from processor.faust_runtime import run_faust_worker
+
+            run_faust_worker(config, http_port, log_level)
+            return
+        running = Worker(config)
         running.start()
     except (ValueError, KeyringError, MachineFileError, WorkerError) as exc:
         raise click.ClickException(str(exc)) from exc

@@ -1,8 +1,6 @@
-"""How non-transition outputs are written to their topics."""
+"""How non-transition outputs are written to their topics (shared by both runtimes)."""
 
 import base64
-
-from confluent_kafka import Message
 
 from schemas.messages import DeadLetter
 
@@ -11,14 +9,26 @@ def _b64(raw: bytes | None) -> str | None:
     return None if raw is None else base64.b64encode(raw).decode()
 
 
-def dead_letter_value(msg: Message, reason: str, at_ms: int) -> str:
-    """The DLQ record for `msg`: the reason, where it came from, and its exact bytes."""
-    return DeadLetter(
-        error=reason,
-        topic=msg.topic() or "",
-        partition=msg.partition() or 0,
-        offset=msg.offset() or 0,
-        key_base64=_b64(msg.key()),
-        value_base64=_b64(msg.value()),
-        at_ms=at_ms,
-    ).model_dump_json()
+def dead_letter_value(
+    topic: str,
+    partition: int,
+    offset: int,
+    key: bytes | None,
+    value: bytes | None,
+    reason: str,
+    at_ms: int,
+) -> bytes:
+    """The DLQ record for a record: the reason, where it came from, and its exact bytes."""
+    return (
+        DeadLetter(
+            error=reason,
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            key_base64=_b64(key),
+            value_base64=_b64(value),
+            at_ms=at_ms,
+        )
+        .model_dump_json()
+        .encode()
+    )

@@ -300,7 +300,15 @@ class Worker:
             store.stage(outcome)
             self.stats.transitions += 1
         elif isinstance(outcome, DeadLetterReason):
-            value = dead_letter_value(msg, outcome.reason, timestamp)
+            value = dead_letter_value(
+                msg.topic() or "",
+                partition,
+                msg.offset() or 0,
+                key,
+                msg.value(),
+                outcome.reason,
+                timestamp,
+            )
             self._produce(self.topics.dlq, key, value, partition)
             self.stats.dead_letters += 1
         else:

@@ -53,7 +53,8 @@ def make_env(bootstrap: str, topics: TopicNames, tmp: Path) -> Env:
 class WorkerProcess(ProductWorkerProcess):
     """The product's worker process, wired to a test's topics, keyring and group."""
 
-    def __init__(self, env: Env, state_dir: Path, *extra: str) -> None:
+    def __init__(self, env: Env, state_dir: Path, *extra: str, runtime: str = "native") -> None:
+        self.runtime = runtime
         super().__init__(
             bootstrap=env.bootstrap,
             topic_prefix=env.topics.proposals.removesuffix("proposals"),
@@ -62,6 +63,8 @@ class WorkerProcess(ProductWorkerProcess):
             keyring_file=env.keyring_path,
             log_path=env.tmp / f"worker-{uuid.uuid4().hex[:6]}.log",
             extra_args=(
+                "--runtime",
+                runtime,
                 "-X",
                 "session.timeout.ms=6000",
                 "-X",
@@ -196,13 +199,21 @@ def published(env: Env) -> Published:
     return Published(transitions, rejections, dlq, snapshots)
 
 
-def wait_for_outcomes(env: Env, expected: int, timeout: float = 180.0) -> Published:
-    """Until `expected` outcomes (transitions + rejections + DLQ records) are visible."""
+def wait_for_outcomes(
+    env: Env, expected: int | list[dict[str, Any]], timeout: float = 180.0
+) -> Published:
+    """Until every proposal of a plan has an outcome (given a plan), or until `expected`
+    outcomes (transitions + rejections + DLQ records) are visible (given a count)."""
     deadline = time.monotonic() + timeout
     while True:
         result = published(env)
-        total = len(result.transitions) + len(result.rejections) + result.dead_letters
-        if total >= expected or time.monotonic() > deadline:
+        if isinstance(expected, int):
+            total = len(result.transitions) + len(result.rejections) + result.dead_letters
+            done = total >= expected
+        else:
+            counts = result.outcome_counts()
+            done = all(counts[p["proposal_id"]] for p in expected)
+        if done or time.monotonic() > deadline:
             return result
         time.sleep(1.0)
 
@@ -237,8 +248,20 @@ def replay(env: Env) -> tuple[dict[str, RunSnapshot], dict[str, str]]:
     return state, outcomes
 
 
-def assert_exactly_once(env: Env, plan: list[dict[str, Any]], result: Published) -> None:
-    """Every proposal one outcome; no transition twice; snapshots equal the replay."""
+def assert_guarantee(
+    env: Env, plan: list[dict[str, Any]], result: Published, runtime: str = "native"
+) -> None:
+    """The runtime's delivery guarantee (README, Guarantees per runtime), then what both
+    share: snapshots equal the replay, each run's revisions contiguous from 0."""
+    if runtime == "native":
+        assert_exactly_once(plan, result)
+    else:
+        assert_at_least_once_recognisable(plan, result)
+    assert_state_matches_replay(env, result)
+
+
+def assert_exactly_once(plan: list[dict[str, Any]], result: Published) -> None:
+    """Every proposal exactly one outcome; no transition id twice."""
     counts = result.outcome_counts()
     missing = [p["proposal_id"] for p in plan if counts[p["proposal_id"]] == 0]
     doubled = [pid for pid, n in counts.items() if n > 1]
@@ -246,16 +269,51 @@ def assert_exactly_once(env: Env, plan: list[dict[str, Any]], result: Published)
     assert not doubled, f"{len(doubled)} proposals with several outcomes, e.g. {doubled[:5]}"
     ids = Counter(t.transition_id for t in result.transitions)
     assert all(n == 1 for n in ids.values()), "a transition id appears twice"
+
+
+def assert_at_least_once_recognisable(plan: list[dict[str, Any]], result: Published) -> None:
+    """The Faust runtime's guarantee: every proposal at least one outcome; a repeated
+    transition is byte-for-byte the same record (same transition_id); a proposal is
+    committed at most once, any further outcome being a `duplicate` naming that commit
+    or a repeat of the same rejection."""
+    counts = result.outcome_counts()
+    missing = [p["proposal_id"] for p in plan if counts[p["proposal_id"]] == 0]
+    assert not missing, f"{len(missing)} proposals without an outcome, e.g. {missing[:5]}"
+    copies: dict[str, list[Transition]] = defaultdict(list)
+    committed: dict[str, set[str]] = defaultdict(set)
+    for t in result.transitions:
+        copies[t.transition_id].append(t)
+        committed[t.proposal_id].add(t.transition_id)
+    for transition_id, same in copies.items():
+        assert all(t == same[0] for t in same), f"copies of {transition_id} differ"
+    assert all(len(ids) == 1 for ids in committed.values()), "a proposal committed twice"
+    refused: dict[str, set[tuple[str, str]]] = defaultdict(set)
+    for r in result.rejections:
+        if r.proposal_id is None:
+            continue
+        if r.code.value == "duplicate":
+            assert r.original_transition_id in committed[r.proposal_id], r
+        else:
+            refused[r.proposal_id].add((r.code.value, r.detail))
+            assert not committed[r.proposal_id], (
+                f"{r.proposal_id} committed as {sorted(committed[r.proposal_id])} and refused "
+                f"{r.code.value}: {r.detail} (state {r.state}, revision {r.revision})"
+            )
+    assert all(len(kinds) == 1 for kinds in refused.values()), "a proposal refused differently"
+
+
+def assert_state_matches_replay(env: Env, result: Published) -> None:
     expected, expected_outcomes = replay(env)
     assert result.snapshots == expected, "changelog snapshots differ from the replay"
     for t in result.transitions:
         assert expected_outcomes[t.proposal_id] == "transition"
     for r in result.rejections:
-        if r.proposal_id is not None:
+        if r.proposal_id is not None and r.code.value != "duplicate":
             assert expected_outcomes[r.proposal_id] == r.code.value
     # revisions of each run are contiguous from 0
     revisions: dict[str, list[int]] = defaultdict(list)
     for t in result.transitions:
         revisions[t.run_id].append(t.revision)
     for run_id, revs in revisions.items():
-        assert sorted(revs) == list(range(len(revs))), f"{run_id}: revisions {sorted(revs)}"
+        distinct = sorted(set(revs))  # repeats are the runtime guarantee's business
+        assert distinct == list(range(len(distinct))), f"{run_id}: revisions {distinct}"

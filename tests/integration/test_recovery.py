@@ -59,7 +59,7 @@ def _run_workload(env: Env, runs: int = 300, proposals: int = 3_000) -> None:
         worker.wait_ready(partitions=3)
         plan = workload(runs=runs, proposals=proposals, seed=23)
         send(env, plan)
-        wait_for_outcomes(env, len(plan))
+        wait_for_outcomes(env, plan)
     finally:
         assert worker.terminate() == 0, worker.log()
 

@@ -14,7 +14,7 @@ from schemas.messages import Proposal
 from tests.integration.harness import (
     Env,
     WorkerProcess,
-    assert_exactly_once,
+    assert_guarantee,
     make_env,
     published,
     send,
@@ -28,14 +28,27 @@ def env(kafka_bootstrap: str, topic_names: TopicNames, tmp_path: Path) -> Env:
     return make_env(kafka_bootstrap, topic_names, tmp_path)
 
 
-def test_10k_proposals_over_1k_runs_exactly_once(env: Env) -> None:
-    plan = workload(runs=1_000, proposals=10_000)
-    worker = WorkerProcess(env, env.tmp / "w1")
+@pytest.fixture(params=["native", "faust"])
+def runtime(request: pytest.FixtureRequest) -> str:
+    """The suite runs against both runtimes; each asserts its own stated guarantee."""
+    return str(request.param)
+
+
+def sized(runtime: str, runs: int, proposals: int) -> tuple[int, int]:
+    """The Faust runtime waits for two broker acknowledgements per commit (README:
+    Guarantees per runtime), so it gets a fifth of the load in the same test."""
+    return (runs, proposals) if runtime == "native" else (runs // 5, proposals // 5)
+
+
+def test_10k_proposals_over_1k_runs(env: Env, runtime: str) -> None:
+    runs, proposals = sized(runtime, 1_000, 10_000)
+    plan = workload(runs=runs, proposals=proposals)
+    worker = WorkerProcess(env, env.tmp / "w1", runtime=runtime)
     try:
         worker.wait_ready(partitions=3)
         send(env, plan)
-        result = wait_for_outcomes(env, len(plan))
-        assert_exactly_once(env, plan, result)
+        result = wait_for_outcomes(env, plan)
+        assert_guarantee(env, plan, result, runtime)
         # the worker's HTTP API serves the same committed snapshots
         for run_id in list(result.snapshots)[:50]:
             assert worker.snapshot(run_id) == result.snapshots[run_id]
@@ -43,11 +56,34 @@ def test_10k_proposals_over_1k_runs_exactly_once(env: Env) -> None:
         assert worker.terminate() == 0, worker.log()
 
 
-@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
-def test_worker_stopped_mid_stream_loses_and_repeats_nothing(env: Env, how: str) -> None:
-    plan = workload(runs=1_000, proposals=10_000, seed=11)
+FAUST_RESTART_DEFECT = pytest.mark.xfail(
+    run=False,
+    strict=True,
+    reason="issue 6 open: after a Faust worker is stopped early and restarted, the first "
+    "proposals of partitions it had not reached get no outcome (seen: 12-113 of 2,000)",
+)
+
+
+@pytest.fixture(
+    params=[
+        pytest.param(("native", "sigterm"), id="native-sigterm"),
+        pytest.param(("native", "sigkill"), id="native-sigkill"),
+        pytest.param(("faust", "sigterm"), id="faust-sigterm", marks=FAUST_RESTART_DEFECT),
+        pytest.param(("faust", "sigkill"), id="faust-sigkill", marks=FAUST_RESTART_DEFECT),
+    ]
+)
+def stop(request: pytest.FixtureRequest) -> tuple[str, str]:
+    return request.param  # type: ignore[no-any-return]
+
+
+def test_worker_stopped_mid_stream_loses_and_repeats_nothing(
+    env: Env, stop: tuple[str, str]
+) -> None:
+    runtime, how = stop
+    runs, proposals = sized(runtime, 1_000, 10_000)
+    plan = workload(runs=runs, proposals=proposals, seed=11)
     state = env.tmp / "w1"
-    worker = WorkerProcess(env, state)
+    worker = WorkerProcess(env, state, runtime=runtime)
     try:
         worker.wait_ready(partitions=3)
     except BaseException:
@@ -58,7 +94,7 @@ def test_worker_stopped_mid_stream_loses_and_repeats_nothing(env: Env, how: str)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         health = worker.health()
-        if health is not None and health["stats"]["proposals"] >= 2_000:
+        if health is not None and health["stats"]["proposals"] >= len(plan) // 5:
             break
         time.sleep(0.05)
     if how == "sigterm":
@@ -67,31 +103,33 @@ def test_worker_stopped_mid_stream_loses_and_repeats_nothing(env: Env, how: str)
         worker.kill()
     partial = published(env)
     assert len(partial.transitions) + len(partial.rejections) < len(plan), "stopped too late"
-    again = WorkerProcess(env, state)
+    again = WorkerProcess(env, state, runtime=runtime)
     try:
         again.wait_ready(partitions=3)
-        result = wait_for_outcomes(env, len(plan))
-        assert_exactly_once(env, plan, result)
+        result = wait_for_outcomes(env, plan)
+        assert_guarantee(env, plan, result, runtime)
     finally:
         assert again.terminate() == 0, again.log()
 
 
-def test_empty_state_dir_restores_from_the_changelog(env: Env) -> None:
-    plan = workload(runs=300, proposals=3_000, seed=5)
-    first = WorkerProcess(env, env.tmp / "w1")
+def test_empty_state_dir_restores_from_the_changelog(env: Env, runtime: str) -> None:
+    runs, proposals = sized(runtime, 300, 3_000)
+    plan = workload(runs=runs, proposals=proposals, seed=5)
+    first = WorkerProcess(env, env.tmp / "w1", runtime=runtime)
     try:
         first.wait_ready(partitions=3)
         send(env, plan)
-        result = wait_for_outcomes(env, len(plan))
+        result = wait_for_outcomes(env, plan)
         before = {run_id: first.snapshot(run_id) for run_id in result.snapshots}
     finally:
         assert first.terminate() == 0
     shutil.rmtree(env.tmp / "w1")
-    fresh = WorkerProcess(env, env.tmp / "w2")
+    fresh = WorkerProcess(env, env.tmp / "w2", runtime=runtime)
     try:
         fresh.wait_ready(partitions=3)
-        health = fresh.health()
-        assert health is not None and health["stats"]["restored_records"] > 0
+        if runtime == "native":  # the Faust runtime does not count what it restored
+            health = fresh.health()
+            assert health is not None and health["stats"]["restored_records"] > 0
         after = {run_id: fresh.snapshot(run_id) for run_id in result.snapshots}
         assert after == before
         # and it carries on from there
@@ -104,8 +142,8 @@ def test_empty_state_dir_restores_from_the_changelog(env: Env) -> None:
         assert fresh.terminate() == 0, fresh.log()
 
 
-def test_garbage_goes_to_the_dlq_while_good_records_flow(env: Env) -> None:
-    worker = WorkerProcess(env, env.tmp / "w1")
+def test_garbage_goes_to_the_dlq_while_good_records_flow(env: Env, runtime: str) -> None:
+    worker = WorkerProcess(env, env.tmp / "w1", runtime=runtime)
     try:
         worker.wait_ready(partitions=3)
         client = env.client()
@@ -123,8 +161,8 @@ def test_garbage_goes_to_the_dlq_while_good_records_flow(env: Env) -> None:
         assert worker.terminate() == 0, worker.log()
 
 
-def test_forged_unsigned_and_unauthorized(env: Env) -> None:
-    worker = WorkerProcess(env, env.tmp / "w1")
+def test_forged_unsigned_and_unauthorized(env: Env, runtime: str) -> None:
+    worker = WorkerProcess(env, env.tmp / "w1", runtime=runtime)
     try:
         worker.wait_ready(partitions=3)
         runtime = env.client("runtime")
