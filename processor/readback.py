@@ -12,15 +12,9 @@ from processor.audit import Record
 from processor.config import KafkaSettings
 
 
-def read_topics(
-    settings: KafkaSettings,
-    topics: list[str],
-    *,
-    committed: bool = True,
-    timeout: float = 120.0,
-) -> list[Message]:
-    """Every record of `topics` up to the end, in partition order per partition."""
-    consumer = Consumer(
+def _reader(settings: KafkaSettings, committed: bool) -> Consumer:
+    """A consumer that never joins a group or commits: assign() and read to the end."""
+    return Consumer(
         settings.client(
             {
                 "group.id": f"runstate-reader-{uuid.uuid4().hex}",
@@ -30,6 +24,17 @@ def read_topics(
             }
         )
     )
+
+
+def read_topics(
+    settings: KafkaSettings,
+    topics: list[str],
+    *,
+    committed: bool = True,
+    timeout: float = 120.0,
+) -> list[Message]:
+    """Every record of `topics` up to the end, in partition order per partition."""
+    consumer = _reader(settings, committed)
     try:
         assignment = []
         for topic in topics:
@@ -84,16 +89,7 @@ def read_partition(
     settings: KafkaSettings, topic: str, partition: int, start: int = 0, timeout: float = 600.0
 ) -> list[Record]:
     """One partition of `topic` from offset `start` to its end, read committed."""
-    consumer = Consumer(
-        settings.client(
-            {
-                "group.id": f"runstate-reader-{uuid.uuid4().hex}",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                "isolation.level": "read_committed",
-            }
-        )
-    )
+    consumer = _reader(settings, committed=True)
     try:
         low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
         if max(start, low) >= high:

@@ -63,3 +63,15 @@ worker_url_option = option(
     default=("http://127.0.0.1:8080",),
     help="HTTP address of a worker (repeatable; the one owning the run answers).",
 )
+
+group_id_option = option(
+    "--group-id", env="GROUP_ID", default="runstate", help="Consumer group of the workers."
+)
+state_dir_option = option(
+    "--state-dir",
+    env="STATE_DIR",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("state"),
+    help="A worker's RocksDB partition stores (one directory per worker; replay writes "
+    "the stores there).",
+)

@@ -16,10 +16,12 @@ from rich.table import Table
 from processor.audit import Finding, verify_partition
 from processor.cli.options import (
     bootstrap_option,
+    group_id_option,
     kafka_setting_option,
     keyring_file_option,
     machine_path_option,
     option,
+    state_dir_option,
     topic_prefix_option,
 )
 from processor.config import KafkaSettings
@@ -68,14 +70,8 @@ def _partitions(settings: KafkaSettings, topic: str) -> int:
 @bootstrap_option
 @kafka_setting_option
 @topic_prefix_option
-@option("--group-id", env="GROUP_ID", default="runstate", help="The workers' consumer group.")
-@option(
-    "--state-dir",
-    env="STATE_DIR",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("state"),
-    help="The state directory of the worker that will use the rebuilt stores.",
-)
+@group_id_option
+@state_dir_option
 @machine_path_option
 @option(
     "--from-time",

@@ -10,10 +10,12 @@ from rich.logging import RichHandler
 
 from processor.cli.options import (
     bootstrap_option,
+    group_id_option,
     kafka_setting_option,
     keyring_file_option,
     machine_path_option,
     option,
+    state_dir_option,
     topic_prefix_option,
 )
 from processor.config import KafkaSettings
@@ -45,14 +47,8 @@ def setup_logging(level: str) -> None:
 @bootstrap_option
 @kafka_setting_option
 @topic_prefix_option
-@option("--group-id", env="GROUP_ID", default="runstate", help="Consumer group of the workers.")
-@option(
-    "--state-dir",
-    env="STATE_DIR",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("state"),
-    help="Where this worker keeps its RocksDB partition stores (one directory per worker).",
-)
+@group_id_option
+@state_dir_option
 @option(
     "--worker-id",
     env="WORKER_ID",
