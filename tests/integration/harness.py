@@ -303,7 +303,16 @@ def assert_at_least_once_recognisable(plan: list[dict[str, Any]], result: Publis
 
 
 def assert_state_matches_replay(env: Env, result: Published) -> None:
-    expected, expected_outcomes = replay(env)
+    """The changelog's snapshots equal a replay of the proposals topic. Deadlines the
+    worker proposes (retry backoff) keep arriving for a few seconds after a workload,
+    so both sides are read again until they agree or 30 s have passed."""
+    deadline = time.monotonic() + 30
+    while True:
+        expected, expected_outcomes = replay(env)
+        if result.snapshots == expected or time.monotonic() > deadline:
+            break
+        time.sleep(1.0)
+        result = published(env)
     assert result.snapshots == expected, "changelog snapshots differ from the replay"
     for t in result.transitions:
         assert expected_outcomes[t.proposal_id] == "transition"
