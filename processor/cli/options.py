@@ -75,3 +75,9 @@ state_dir_option = option(
     help="A worker's RocksDB partition stores (one directory per worker; replay writes "
     "the stores there).",
 )
+
+
+def kafka_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--bootstrap-servers, -X and --topic-prefix: what every command that talks to
+    Kafka takes, in the same order everywhere."""
+    return bootstrap_option(kafka_setting_option(topic_prefix_option(command)))  # type: ignore[no-any-return]

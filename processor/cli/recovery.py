@@ -15,14 +15,12 @@ from rich.table import Table
 
 from processor.audit import Finding, verify_partition
 from processor.cli.options import (
-    bootstrap_option,
     group_id_option,
-    kafka_setting_option,
+    kafka_options,
     keyring_file_option,
     machine_path_option,
     option,
     state_dir_option,
-    topic_prefix_option,
 )
 from processor.config import KafkaSettings
 from processor.engine import Machine
@@ -67,9 +65,7 @@ def _partitions(settings: KafkaSettings, topic: str) -> int:
 
 
 @click.command()
-@bootstrap_option
-@kafka_setting_option
-@topic_prefix_option
+@kafka_options
 @group_id_option
 @state_dir_option
 @machine_path_option
@@ -198,9 +194,7 @@ def _republish(
 
 
 @click.command()
-@bootstrap_option
-@kafka_setting_option
-@topic_prefix_option
+@kafka_options
 @keyring_file_option
 @machine_path_option
 @option(

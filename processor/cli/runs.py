@@ -11,12 +11,10 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from processor.cli.options import (
-    bootstrap_option,
-    kafka_setting_option,
+    kafka_options,
     keyring_file_option,
     machine_path_option,
     option,
-    topic_prefix_option,
     worker_url_option,
 )
 from processor.cli.recovery import parse_time
@@ -103,9 +101,7 @@ def _finish(client: RunstateClient, proposal_id: str, wait: bool, timeout: float
     help="A fact that must be recorded before completion (repeatable).",
 )
 @option("--proposal-id", env="PROPOSAL_ID", default=None, help="Give one to retry safely.")
-@bootstrap_option
-@kafka_setting_option
-@topic_prefix_option
+@kafka_options
 @keyring_file_option
 @key_id_option
 @wait_option
@@ -145,9 +141,7 @@ def create(
 @option("--reason", env="REASON", default=None, help="Reason, where the machine needs one.")
 @option("--expected-revision", env="EXPECTED_REVISION", type=int, default=None, help="CAS check.")
 @option("--proposal-id", env="PROPOSAL_ID", default=None, help="Give one to retry safely.")
-@bootstrap_option
-@kafka_setting_option
-@topic_prefix_option
+@kafka_options
 @keyring_file_option
 @key_id_option
 @wait_option
@@ -210,9 +204,7 @@ def _reader(worker_urls: tuple[str, ...]) -> RunReader:
     default=None,
     help="The run as it stood after this offset of its transitions partition.",
 )
-@bootstrap_option
-@kafka_setting_option
-@topic_prefix_option
+@kafka_options
 @machine_path_option
 def get(
     run_id: str,
@@ -295,9 +287,7 @@ def history(run_id: str, worker_urls: tuple[str, ...]) -> None:
 )
 @option("--from-beginning", env="FROM_BEGINNING", is_flag=True, help="Start at offset 0.")
 @option("--limit", env="LIMIT", type=int, default=0, help="Stop after this many (0: follow).")
-@bootstrap_option
-@kafka_setting_option
-@topic_prefix_option
+@kafka_options
 def tail(
     what: str,
     from_beginning: bool,

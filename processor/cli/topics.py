@@ -7,10 +7,8 @@ from rich.console import Console
 from rich.table import Table
 
 from processor.cli.options import (
-    bootstrap_option,
-    kafka_setting_option,
+    kafka_options,
     option,
-    topic_prefix_option,
 )
 from processor.config import KafkaSettings
 from processor.topics import (
@@ -55,9 +53,7 @@ def topics() -> None:
 
 
 @topics.command()
-@bootstrap_option
-@kafka_setting_option
-@topic_prefix_option
+@kafka_options
 @partitions_option
 @replication_option
 def create(
@@ -82,9 +78,7 @@ def create(
 
 
 @topics.command()
-@bootstrap_option
-@kafka_setting_option
-@topic_prefix_option
+@kafka_options
 @partitions_option
 @replication_option
 def describe(

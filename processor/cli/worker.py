@@ -9,14 +9,12 @@ import click
 from rich.logging import RichHandler
 
 from processor.cli.options import (
-    bootstrap_option,
     group_id_option,
-    kafka_setting_option,
+    kafka_options,
     keyring_file_option,
     machine_path_option,
     option,
     state_dir_option,
-    topic_prefix_option,
 )
 from processor.config import KafkaSettings
 from processor.engine.parse import MachineFileError
@@ -44,9 +42,7 @@ def setup_logging(level: str) -> None:
     help="native: confluent-kafka, exactly once. faust: a faust-streaming app over a "
     "rocksdict Table, at least once with recognisable duplicates (see README).",
 )
-@bootstrap_option
-@kafka_setting_option
-@topic_prefix_option
+@kafka_options
 @group_id_option
 @state_dir_option
 @option(
