@@ -2,29 +2,35 @@
 keeps snapshots in a Faust Table on the rocksdict driver, changelogged to the same
 `runs-changelog` topic; outcomes go to the same topics in the same formats.
 
-Faust writes a table through to RocksDB and its changelog as soon as it is assigned,
-before any offset is committed, so it cannot give the native worker's exactly-once.
-What it gives instead (README, Guarantees per runtime), by one ordering rule: a
-commit's transition, then its changelog record, are delivered (acknowledged by the
-broker) before the table's store is written and before the next proposal is decided,
-so before Faust can commit the offset. Then a crash can only cause
-  - the same proposal decided again from the same snapshot: the same transition again,
-    byte for byte, with the same transition_id (duplicates are recognisable); or
-  - a proposal whose commit reached the table decided again: refused `duplicate`,
-    naming its transition; the state never moves twice for one proposal id.
-No outcome is lost. The Faust runtime keeps no deadlines or alerts.
+Faust writes a table through to RocksDB and its changelog before the input offset is
+committed, so it cannot give the native worker's exactly-once. What it gives instead
+(README, Guarantees per runtime), by three rules:
+  - each outcome is acknowledged by the broker before the next proposal is decided; a
+    commit's transition before its changelog record, and both before the table's store
+    is written: no outcome is lost, and a transition sent again is the same record;
+  - the agent, not Faust, owns the proposals' positions (`positions`): Faust drops
+    fetched records around a rebalance, so a gap makes the agent seek back, and only
+    offsets the agent has answered are committed;
+  - a proposal already answered (below the local mark, or at or below the latest
+    commit restored from the changelog, `table`) is not decided again; any other is
+    decided against the snapshot it saw the first time and gets the same outcome, so
+    the state never moves twice for one proposal id.
+The Faust runtime keeps no deadlines or alerts.
 """
 
 import logging
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import faust
 from faust.web import Request, Response, View
 
 from processor.engine import Commit
+from processor.faust_runtime.positions import Positions, Verdict
+from processor.faust_runtime.table import NEXT_OFFSET_KEY, SOURCE_OFFSET_HEADER, RunsTable
+from processor.faust_runtime.transport import Consumer, Transport
 from processor.partitioning import partition_for
 from processor.pipeline import DeadLetterReason, Outcome, decide_record
 from processor.runtime.outputs import dead_letter_value
@@ -40,14 +46,23 @@ class FaustStats:
     transitions: int = 0
     rejections: int = 0
     dead_letters: int = 0
+    skipped: int = 0  # decided before a crash, outcome already delivered
     started_at: float = field(default_factory=time.time)
+
+
+class App(faust.App):
+    """A Faust app whose consumer starts never-committed partitions from the
+    beginning after every seek (see `transport`)."""
+
+    def _new_transport(self) -> Transport:
+        return Transport(self.conf.broker_consumer, self)
 
 
 def build_app(config: WorkerConfig, partitions: int, http_port: int) -> faust.App:
     topics = config.topics
     datadir = Path(config.state_dir) / config.group_id / "faust"
     datadir.mkdir(parents=True, exist_ok=True)
-    app = faust.App(
+    app = App(
         config.group_id,
         broker=[f"kafka://{b}" for b in config.kafka.bootstrap_servers.split(",")],
         broker_credentials=None,
@@ -71,20 +86,65 @@ def build_app(config: WorkerConfig, partitions: int, http_port: int) -> faust.Ap
         value_serializer="raw",
     )
     # Raw bytes everywhere (app-wide serializers): the same wire format as the native worker.
-    proposals = app.topic(topics.proposals)
+    # Faust's acknowledgements off: it acknowledges records it skipped around a
+    # rebalance; the agent commits the offsets it vouches for instead (`positions`).
+    proposals = app.topic(topics.proposals, acks=False)
     transitions = app.topic(topics.transitions)
     rejections = app.topic(topics.rejections)
     dlq = app.topic(topics.dlq)
     changelog = app.topic(topics.changelog, partitions=partitions)
-    runs = app.Table(
-        "runs",
+    runs = RunsTable(
+        app,
+        name="runs",
         default=None,
+        beacon=app.tables.beacon,
         partitions=partitions,
         changelog_topic=changelog,
         key_type=bytes,
         value_type=bytes,
         options={"driver": "rocksdict"},
     )
+    app.tables.add(runs)
+    positions = Positions()
+
+    def consumer() -> Consumer:
+        return cast(Consumer, app.consumer)
+
+    consumer().agent_owned.add(topics.proposals)
+
+    marks_read: set[int] = set()
+
+    def verdict(message: Any) -> Verdict:
+        """What to do with this record (see `positions`), from every floor known."""
+        partition = message.partition
+        if partition not in marks_read:  # the local mark, once per partition
+            mark = runs.data.get(NEXT_OFFSET_KEY)
+            if mark is not None:
+                positions.learn(partition, int(mark))
+            marks_read.add(partition)
+        restored = runs.latest_commit.get(partition)
+        if restored is not None:
+            positions.learn(partition, restored + 1)
+        floor = consumer().floors.get(message.tp)
+        if floor is not None:
+            positions.learn(partition, floor)
+        if not positions.known(partition):
+            return Verdict.WAIT  # read before Faust sought this partition
+        return positions.classify(partition, message.offset, message.generation_id)
+
+    def delivered(message: Any) -> None:
+        positions.decided(message.partition, message.offset)
+        runs.data[NEXT_OFFSET_KEY] = str(message.offset + 1).encode()
+
+    @app.timer(interval=max(1.0, config.commit_interval_ms / 1000))  # type: ignore[untyped-decorator]
+    async def commit_positions() -> None:
+        owned_tps = [tp for tp in app.assignor.assigned_actives() if tp.topic == topics.proposals]
+        offsets = {
+            tp: positions.next[tp.partition] for tp in owned_tps if positions.known(tp.partition)
+        }
+        if offsets and not app.rebalancing:
+            await consumer().commit_positions(offsets)
+
     stats = FaustStats()
 
     def snapshot_of(run_id: str) -> RunSnapshot | None:
@@ -95,6 +155,21 @@ def build_app(config: WorkerConfig, partitions: int, http_port: int) -> faust.Ap
     async def decide_proposals(stream: Any) -> None:
         async for event in stream.events():
             message = event.message
+            action = verdict(message)
+            if action is Verdict.SKIP:
+                stats.skipped += 1
+                continue
+            if action is Verdict.SEEK:
+                log.warning(
+                    "%s: records before offset %d were dropped by Faust; seeking back to %d",
+                    message.tp,
+                    message.offset,
+                    positions.next[message.partition],
+                )
+                await consumer().seek(message.tp, positions.next[message.partition])
+                continue
+            if action is Verdict.WAIT:
+                continue
             at_ms = round(message.timestamp * 1000)
             outcome: Outcome
             try:
@@ -126,8 +201,16 @@ def build_app(config: WorkerConfig, partitions: int, http_port: int) -> faust.Ap
                 # drains, possibly after the offset is committed; a crash there lost
                 # the record, and recovery replayed older ones over the newer store.
                 value = outcome.snapshot.model_dump_json().encode()
-                logged = await changelog.send(key=key, value=value, partition=partition)
+                logged = await changelog.send(
+                    key=key,
+                    value=value,
+                    partition=partition,
+                    headers=[(SOURCE_OFFSET_HEADER, str(message.offset).encode())],
+                )
                 await logged
+                # The mark before the snapshot: a crash between them leaves the snapshot
+                # to recovery, which replays every changelog record since the last one.
+                delivered(message)
                 runs.data[key] = value
                 stats.transitions += 1
             elif isinstance(outcome, DeadLetterReason):
@@ -141,6 +224,7 @@ def build_app(config: WorkerConfig, partitions: int, http_port: int) -> faust.Ap
                     at_ms,
                 )
                 await (await dlq.send(key=message.key, value=value, partition=partition))
+                delivered(message)
                 stats.dead_letters += 1
             else:
                 key = outcome.run_id.encode() if outcome.run_id is not None else message.key
@@ -150,6 +234,7 @@ def build_app(config: WorkerConfig, partitions: int, http_port: int) -> faust.Ap
                         key=key, value=outcome.model_dump_json().encode(), partition=partition
                     )
                 )
+                delivered(message)
                 stats.rejections += 1
             stats.proposals += 1
 

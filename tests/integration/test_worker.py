@@ -56,20 +56,12 @@ def test_10k_proposals_over_1k_runs(env: Env, runtime: str) -> None:
         assert worker.terminate() == 0, worker.log()
 
 
-FAUST_RESTART_DEFECT = pytest.mark.xfail(
-    run=False,
-    strict=True,
-    reason="issue 6 open: after a Faust worker is stopped early and restarted, the first "
-    "proposals of partitions it had not reached get no outcome (seen: 12-113 of 2,000)",
-)
-
-
 @pytest.fixture(
     params=[
         pytest.param(("native", "sigterm"), id="native-sigterm"),
         pytest.param(("native", "sigkill"), id="native-sigkill"),
-        pytest.param(("faust", "sigterm"), id="faust-sigterm", marks=FAUST_RESTART_DEFECT),
-        pytest.param(("faust", "sigkill"), id="faust-sigkill", marks=FAUST_RESTART_DEFECT),
+        pytest.param(("faust", "sigterm"), id="faust-sigterm"),
+        pytest.param(("faust", "sigkill"), id="faust-sigkill"),
     ]
 )
 def stop(request: pytest.FixtureRequest) -> tuple[str, str]:
@@ -110,6 +102,29 @@ def test_worker_stopped_mid_stream_loses_and_repeats_nothing(
         assert_guarantee(env, plan, result, runtime)
     finally:
         assert again.terminate() == 0, again.log()
+
+
+def test_partitions_move_between_workers_mid_stream(env: Env, runtime: str) -> None:
+    """A second worker joins under load (partitions move to it, restored from the
+    changelog), then the first is killed (its partitions move back): the guarantee holds."""
+    runs, proposals = sized(runtime, 600, 6_000)
+    plan = workload(runs=runs, proposals=proposals, seed=23)
+    first = WorkerProcess(env, env.tmp / "w1", runtime=runtime)
+    second: WorkerProcess | None = None
+    try:
+        first.wait_ready(partitions=3)
+        send(env, plan[: len(plan) // 2])
+        second = WorkerProcess(env, env.tmp / "w2", runtime=runtime)
+        second.wait_ready()
+        send(env, plan[len(plan) // 2 :])
+        first.kill()
+        second.wait_ready(partitions=3)
+        result = wait_for_outcomes(env, plan)
+        assert_guarantee(env, plan, result, runtime)
+    finally:
+        first.kill()
+        if second is not None:
+            assert second.terminate() == 0, second.log()
 
 
 def test_empty_state_dir_restores_from_the_changelog(env: Env, runtime: str) -> None:

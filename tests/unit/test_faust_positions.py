@@ -1,0 +1,62 @@
+"""The Faust runtime's own bookkeeping of proposal positions (no broker, no Faust)."""
+
+from processor.faust_runtime.positions import RESEEK_AFTER, Positions, Verdict
+
+
+def started_at(offset: int) -> Positions:
+    positions = Positions()
+    positions.learn(0, offset)
+    return positions
+
+
+def test_in_order_records_are_decided_and_repeats_skipped() -> None:
+    positions = started_at(10)
+    assert positions.classify(0, 10, generation=1) is Verdict.DECIDE
+    positions.decided(0, 10)
+    assert positions.classify(0, 11, generation=1) is Verdict.DECIDE
+    positions.decided(0, 11)
+    assert positions.classify(0, 10, generation=1) is Verdict.SKIP
+    assert positions.next[0] == 12
+
+
+def test_floors_only_ever_raise() -> None:
+    positions = started_at(10)
+    positions.learn(0, 4)
+    assert positions.next[0] == 10
+    positions.learn(0, 20)
+    assert positions.next[0] == 20
+    assert not positions.known(1)
+
+
+def test_a_gap_asks_for_a_seek_then_waits_for_the_records_read_anew() -> None:
+    positions = started_at(0)
+    assert positions.classify(0, 350, generation=3) is Verdict.SEEK
+    # records still in flight from before the seek are ignored
+    assert positions.classify(0, 351, generation=3) is Verdict.WAIT
+    assert positions.classify(0, 352, generation=3) is Verdict.WAIT
+    # the seek took effect: offset 0 comes again
+    assert positions.classify(0, 0, generation=3) is Verdict.DECIDE
+    positions.decided(0, 0)
+    assert positions.classify(0, 1, generation=3) is Verdict.DECIDE
+
+
+def test_offsets_without_records_are_accepted_once_read_again() -> None:
+    # offset 5 is a transaction marker: after the seek the first record is 6 again
+    positions = started_at(5)
+    assert positions.classify(0, 6, generation=1) is Verdict.SEEK
+    assert positions.classify(0, 6, generation=1) is Verdict.DECIDE
+    assert positions.next[0] == 6
+
+
+def test_a_new_generation_seeks_again_rather_than_trusting_the_old_seek() -> None:
+    positions = started_at(5)
+    assert positions.classify(0, 9, generation=1) is Verdict.SEEK
+    assert positions.classify(0, 9, generation=2) is Verdict.SEEK
+
+
+def test_a_lost_seek_is_asked_for_again() -> None:
+    positions = started_at(0)
+    assert positions.classify(0, 100, generation=1) is Verdict.SEEK
+    verdicts = [positions.classify(0, 101 + i, generation=1) for i in range(RESEEK_AFTER)]
+    assert verdicts[:-1] == [Verdict.WAIT] * (RESEEK_AFTER - 1)
+    assert verdicts[-1] is Verdict.SEEK
