@@ -74,6 +74,8 @@ def decode_proposal(
         data = json.loads(value)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         return Undecodable(f"value is not UTF-8 JSON: {exc}")
+    except RecursionError:  # found by the fault harness: 50,000 nested arrays
+        return Undecodable("value is JSON nested too deeply to decode")
     if not isinstance(data, dict):
         return Undecodable(f"value is JSON {type(data).__name__}, not an object")
 
