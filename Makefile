@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test unit integration bench
+.PHONY: install demo test unit integration bench faults
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,3 +33,7 @@ integration: install
 ## bench: decisions per second of the engine, against the seed's transition()
 bench: install
 	$(BIN)/python benchmarks/engine.py
+
+## faults: the fault harness, full size (kills, scaling, zombie, hostile input, broker restart)
+faults: install
+	$(BIN)/python -m tests.faults

@@ -15,7 +15,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +47,37 @@ log = logging.getLogger("runstate.worker")
 
 class WorkerError(RuntimeError):
     """The worker cannot run as configured; the message says what to change."""
+
+
+class ClientHung(WorkerError):
+    """A transactional call of librdkafka did not return long after its timeout
+    (librdkafka #5456, #5511: send_offsets_to_transaction can block forever when the
+    group coordinator goes away, as in a broker restart). Nothing is half-applied: the
+    stores move only after a commit returned. The process should start again."""
+
+
+# How long past its own timeout a transactional call may take before it counts as hung.
+HUNG_AFTER_S = 15.0
+
+
+def bounded(what: str, call: Callable[[], object], timeout_s: float) -> None:
+    """Run a blocking librdkafka call, raising ClientHung if it outlives its timeout."""
+    done = threading.Event()
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            call()
+        except BaseException as exc:  # re-raised in the caller's thread
+            failure.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=target, name=f"runstate-{what}", daemon=True).start()
+    if not done.wait(timeout_s + HUNG_AFTER_S):
+        raise ClientHung(f"{what} has not returned after {timeout_s + HUNG_AFTER_S:.0f}s")
+    if failure:
+        raise failure[0]
 
 
 @dataclass
@@ -243,6 +274,10 @@ class Worker:
                     self._checkpoint()
                 self.producer.poll(0)
             self._checkpoint()
+        except ClientHung:
+            # Its clients may block in any further call: leave them to the process's end.
+            self.consumer = self.producer = None
+            raise
         finally:
             self._close()
 
@@ -451,8 +486,12 @@ class Worker:
                 TopicPartition(self.topics.proposals, p, off) for p, off in self._positions.items()
             ]
             if offsets:  # a checkpoint of fired timers alone consumed nothing
-                self.producer.send_offsets_to_transaction(
-                    offsets, self.consumer.consumer_group_metadata(), 30
+                metadata = self.consumer.consumer_group_metadata()
+                producer = self.producer
+                bounded(
+                    "send_offsets_to_transaction",
+                    lambda: producer.send_offsets_to_transaction(offsets, metadata, 30),
+                    30,
                 )
             self._commit_transaction()
         except KafkaException as exc:
@@ -472,9 +511,10 @@ class Worker:
 
     def _commit_transaction(self) -> None:
         assert self.producer is not None
+        commit = self.producer.commit_transaction
         for attempt in range(5):
             try:
-                self.producer.commit_transaction(30)
+                bounded("commit_transaction", lambda: commit(30), 30)
                 return
             except KafkaException as exc:
                 error = exc.args[0]
@@ -486,8 +526,9 @@ class Worker:
         """Drop the open transaction and everything staged; rewind to committed offsets."""
         log.warning("aborting transaction: %s", why)
         assert self.producer is not None
+        producer = self.producer
         try:
-            self.producer.abort_transaction(30)
+            bounded("abort_transaction", lambda: producer.abort_transaction(30), 30)
         except KafkaException as exc:
             if exc.args[0].fatal():
                 raise

@@ -1,0 +1,279 @@
+"""The invariants, counted from the topics (read committed) and the workers' HTTP alone.
+
+The oracle is the pure pipeline run again over the proposals topic: each record's
+outcome as a signature (a transition by proposal id, a rejection by proposal id, run
+and code, a DLQ record by source partition and offset). What the workers published
+must be that multiset exactly: one missing is *lost*, one more is *duplicated* (for
+the Faust runtime a byte-identical repeat is counted apart, as *repeated*, its stated
+guarantee). *Mismatched* counts runs whose state disagrees anywhere: the changelog's
+last snapshot against the oracle's, the worker's HTTP snapshot against a replay of the
+run's transitions, or revisions not contiguous from 0.
+"""
+
+import json
+import time
+import urllib.error
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+from processor.config import KafkaSettings
+from processor.engine import Commit
+from processor.machines import builtin_machines
+from processor.partitioning import partition_for
+from processor.pipeline import DeadLetterReason, decide_record
+from processor.readback import read_topics
+from processor.replay import apply_transitions
+from processor.runtime.store import FIRED_CHANGELOG_PREFIX
+from schemas.messages import DeadLetter, Rejection, RunSnapshot, Transition
+from tests.integration.harness import Env, WorkerProcess
+
+Signature = tuple[Any, ...]
+
+
+@dataclass
+class Row:
+    scenario: str
+    runtime: str
+    proposals: int  # records fed to the proposals topic
+    faults: int
+    lost: int = 0
+    duplicated: int = 0
+    repeated: int = 0
+    mismatched: int = 0
+    crashes: int = 0
+    lag_zero: bool = False
+    recovery_s: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+    examples: list[str] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return (
+            self.lost == 0
+            and self.duplicated == 0
+            and self.mismatched == 0
+            and self.crashes == 0
+            and self.lag_zero
+        )
+
+
+@dataclass
+class Oracle:
+    signatures: Counter[Signature]
+    snapshots: dict[str, RunSnapshot]
+    last_offsets: dict[int, int]  # partition -> offset of its last proposals record
+
+
+def oracle(env: Env) -> Oracle:
+    """Every proposals record decided again by the pure pipeline, partition by partition."""
+    machines = builtin_machines()
+    expected: Counter[Signature] = Counter()
+    state: dict[str, RunSnapshot] = {}
+    last: dict[int, int] = {}
+    for msg in read_topics(KafkaSettings(env.bootstrap), [env.topics.proposals]):
+        last[msg.partition()] = msg.offset()
+        outcome = decide_record(
+            msg.key(),
+            msg.value(),
+            msg.headers(),
+            msg.timestamp()[1],
+            keyring=env.keyring,
+            machines=machines,
+            lookup=state.get,
+        )
+        if isinstance(outcome, Commit):
+            state[outcome.snapshot.run_id] = outcome.snapshot
+            expected[("transition", outcome.transition.proposal_id)] += 1
+        elif isinstance(outcome, DeadLetterReason):
+            expected[("dlq", msg.partition(), msg.offset())] += 1
+        else:
+            expected[_rejection_signature(outcome)] += 1
+    return Oracle(expected, state, last)
+
+
+def _rejection_signature(rejection: Rejection) -> Signature:
+    return ("rejection", rejection.proposal_id, rejection.run_id, rejection.code.value)
+
+
+@dataclass
+class Outputs:
+    signatures: Counter[Signature]
+    values: dict[Signature, list[bytes]]  # the published records of each signature
+    transitions: list[Transition]
+    snapshots: dict[str, RunSnapshot]
+    times: dict[int, list[float]]  # partition -> outcome timestamps (s)
+
+    def extras(self, expected: Counter[Signature]) -> tuple[int, int]:
+        """Outcomes beyond the oracle's: (repeated byte for byte, different)."""
+        repeated = different = 0
+        for sig, n in (self.signatures - expected).items():
+            values = self.values[sig]
+            copies = len(values) - len({_normal(sig, v) for v in values})
+            repeated += min(n, copies)
+            different += n - min(n, copies)
+        return repeated, different
+
+
+def outputs(env: Env) -> Outputs:
+    t = env.topics
+    signatures: Counter[Signature] = Counter()
+    values: dict[Signature, list[bytes]] = defaultdict(list)
+    transitions: list[Transition] = []
+    snapshots: dict[str, RunSnapshot] = {}
+    times: dict[int, list[float]] = defaultdict(list)
+    topics = [t.transitions, t.rejections, t.dlq, t.changelog]
+    for msg in read_topics(KafkaSettings(env.bootstrap), topics):
+        topic, value = msg.topic(), msg.value()
+        if topic == t.changelog:
+            if value is not None and not msg.key().startswith(FIRED_CHANGELOG_PREFIX):
+                snapshots[msg.key().decode()] = RunSnapshot.model_validate_json(value)
+            continue
+        sig: Signature
+        if topic == t.transitions:
+            transition = Transition.model_validate_json(value)
+            transitions.append(transition)
+            sig = ("transition", transition.proposal_id)
+        elif topic == t.rejections:
+            sig = _rejection_signature(Rejection.model_validate_json(value))
+        else:
+            letter = DeadLetter.model_validate_json(value)
+            sig = ("dlq", letter.partition, letter.offset)
+        times[msg.partition()].append(msg.timestamp()[1] / 1000)
+        signatures[sig] += 1
+        values[sig].append(value)
+    return Outputs(signatures, values, transitions, snapshots, times)
+
+
+def _normal(sig: Signature, value: bytes) -> bytes:
+    """A record as compared for repeats (a DLQ record without the time it was written)."""
+    if sig[0] != "dlq":
+        return value
+    return (
+        DeadLetter.model_validate_json(value)
+        .model_copy(update={"at_ms": 0})
+        .model_dump_json()
+        .encode()
+    )
+
+
+def lag_returns_to_zero(env: Env, last_offsets: dict[int, int], timeout: float = 60.0) -> bool:
+    """The group's committed offsets pass the last record of every proposals partition
+    (the log end can be one further: a transaction's commit marker)."""
+    consumer = Consumer(
+        {"bootstrap.servers": env.bootstrap, "group.id": env.group_id, "log_level": 3}
+    )
+    try:
+        meta = consumer.list_topics(env.topics.proposals, timeout=30)
+        parts = [
+            TopicPartition(env.topics.proposals, p)
+            for p in meta.topics[env.topics.proposals].partitions
+        ]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            committed = {tp.partition: tp.offset for tp in consumer.committed(parts, timeout=30)}
+            if all(committed[p] > last for p, last in last_offsets.items()):
+                return True
+            time.sleep(1.0)
+        return False
+    finally:
+        consumer.close()
+
+
+def http_snapshots(
+    workers: list[WorkerProcess], run_ids: list[str], partitions: int
+) -> dict[str, Any]:
+    """Each run's snapshot from the worker that owns its partition (None if unknown)."""
+    owners: dict[int, WorkerProcess | None] = {}
+    for worker in workers:
+        health = worker.health()
+        for p in (health or {}).get("partitions", []):
+            owners[p] = worker if p not in owners else None  # two claim it: ask again
+    out: dict[str, Any] = {}
+    for run_id in run_ids:
+        worker = owners.get(partition_for(run_id, partitions))
+        if worker is None:
+            out[run_id] = "no owner"
+            continue
+        try:
+            data = worker.get(worker.run_path(run_id))
+        except (urllib.error.URLError, OSError) as exc:
+            data = f"unreachable: {exc}"
+        out[run_id] = (
+            data
+            if not isinstance(data, dict)
+            else RunSnapshot.model_validate_json(json.dumps(data))
+        )
+    return out
+
+
+def recovery_seconds(fault_times: list[float], times: dict[int, list[float]]) -> list[float]:
+    """Per fault, until every partition that published after it published again."""
+    out = []
+    for at in fault_times:
+        firsts = [min((t for t in ts if t > at), default=None) for ts in times.values()]
+        waits = [f - at for f in firsts if f is not None]
+        out.append(round(max(waits), 2) if waits else 0.0)
+    return out
+
+
+def check(
+    row: Row,
+    env: Env,
+    workers: list[WorkerProcess],
+    fault_times: list[float],
+    partitions: int = 3,
+    settle: float = 240.0,
+) -> Row:
+    """Fill `row` with the invariants, once the outputs have caught up (or `settle` s)."""
+    # The workers' own deadline proposals keep arriving for a while after the workload:
+    # decide both sides again until they agree or `settle` seconds have passed.
+    deadline = time.monotonic() + settle
+    while True:
+        got = outputs(env)  # first: every outcome read has its proposal in the oracle's read
+        truth = oracle(env)
+        expected, state = truth.signatures, truth.snapshots
+        missing = expected - got.signatures
+        if not missing or time.monotonic() > deadline:
+            break
+        time.sleep(2.0)
+    row.lost = sum(missing.values())
+    extra = got.signatures - expected  # for the examples
+    row.repeated, row.duplicated = got.extras(expected)
+    row.examples += [f"lost {s}" for s in list(missing)[:3]] + [
+        f"extra {s}" for s in list(extra)[:3]
+    ]
+    # state: changelog = oracle; HTTP = replay of transitions; revisions contiguous
+    bad: set[str] = set()
+    for run_id in set(state) | set(got.snapshots):
+        if state.get(run_id) != got.snapshots.get(run_id):
+            bad.add(run_id)
+    revisions: dict[str, list[int]] = defaultdict(list)
+    for t in got.transitions:
+        revisions[t.run_id].append(t.revision)
+    for run_id, revs in revisions.items():
+        distinct = sorted(set(revs))
+        if distinct != list(range(len(distinct))):
+            bad.add(run_id)
+    replayed = apply_transitions(builtin_machines(), ((t, None) for t in got.transitions))
+    bad |= {p.transition_id.rsplit(":", 1)[0] for p in replayed.problems}
+    # Asked again while any differ (for 30 s): after a fault the group may still be
+    # moving partitions, and a worker answers only for the partitions it owns now.
+    differ = sorted(replayed.snapshots)
+    until = time.monotonic() + 30
+    while differ:
+        served = http_snapshots(workers, differ, partitions)
+        differ = [r for r, snap in served.items() if snap != replayed.snapshots[r]]
+        if not differ or time.monotonic() > until:
+            break
+        time.sleep(1.0)
+    for run_id in differ:
+        bad.add(run_id)
+        if len(row.examples) < 8:
+            row.examples.append(f"{run_id}: HTTP {str(served[run_id])[:80]}")
+    row.mismatched = len(bad)
+    row.lag_zero = lag_returns_to_zero(env, truth.last_offsets)
+    row.recovery_s = recovery_seconds(fault_times, got.times)
+    return row

@@ -1,0 +1,129 @@
+"""Several worker processes of one group, and a paced feeder, for the fault scenarios."""
+
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+
+from processor.intake import signed_headers
+from schemas.messages import Proposal
+from tests.faults.hostile import RawRecord
+from tests.integration.harness import Env, WorkerProcess
+
+
+class Cluster:
+    """Workers in numbered slots; each slot keeps its state directory across restarts.
+    A worker that exits without being told to is a crash."""
+
+    def __init__(self, env: Env, runtime: str, *extra: str) -> None:
+        self.env, self.runtime, self.extra = env, runtime, extra
+        self.workers: dict[int, WorkerProcess] = {}
+        self.crashes: list[str] = []
+        self._expected_exit: set[int] = set()
+
+    def start(self, slot: int) -> WorkerProcess:
+        worker = WorkerProcess(
+            self.env, self.env.tmp / f"slot-{slot}", *self.extra, runtime=self.runtime
+        )
+        self.workers[slot] = worker
+        return worker
+
+    def kill(self, slot: int) -> None:
+        self.workers[slot].kill()
+
+    def restart(self, slot: int) -> WorkerProcess:
+        self.kill(slot)
+        return self.start(slot)
+
+    def stop(self, slot: int) -> None:
+        worker = self.workers.pop(slot)
+        try:
+            code = worker.terminate()
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            self.crashes.append(f"slot {slot} did not stop within 60 s of SIGTERM:\n{worker.log()}")
+            return
+        if code != 0:
+            self.crashes.append(f"slot {slot} exited {code} on SIGTERM:\n{worker.log()}")
+
+    def pause(self, slot: int) -> None:
+        os.kill(self.workers[slot].proc.pid, signal.SIGSTOP)
+
+    def resume(self, slot: int) -> None:
+        os.kill(self.workers[slot].proc.pid, signal.SIGCONT)
+
+    def random_slot(self, rng: random.Random) -> int:
+        return rng.choice(sorted(self.workers))
+
+    def live(self) -> list[WorkerProcess]:
+        return list(self.workers.values())
+
+    def note_crashes(self) -> None:
+        """Workers that exited on their own since they were started."""
+        for slot, worker in list(self.workers.items()):
+            code = worker.proc.poll()
+            if code is not None:
+                self.crashes.append(f"slot {slot} exited {code}:\n{worker.log()}")
+                del self.workers[slot]
+
+    def wait_owned(self, partitions: int, timeout: float = 120.0) -> None:
+        """Until the live workers own every partition between them."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            owned: set[int] = set()
+            for worker in self.live():
+                owned |= set((worker.health() or {}).get("partitions", []))
+            if len(owned) == partitions:
+                return
+            time.sleep(0.2)
+        raise TimeoutError(f"partitions not all owned within {timeout:.0f}s")
+
+    def close(self) -> None:
+        for slot in sorted(self.workers):
+            self.stop(slot)
+
+
+def signed_records(env: Env, plan: list[dict[str, object]]) -> list[RawRecord]:
+    """The workload as records, each signed with its principal's key."""
+    out = []
+    for item in plan:
+        fields = {k: v for k, v in item.items() if k not in ("key", "run_id", "event")}
+        value = Proposal(run_id=item["run_id"], event=item["event"], **fields)  # type: ignore[arg-type]
+        raw = value.model_dump_json(exclude_none=True).encode()
+        key_id = str(item["key"])
+        headers = signed_headers(raw, key_id, env.keyring.keys[key_id].secret)
+        out.append(RawRecord(str(item["run_id"]).encode(), raw, headers))
+    return out
+
+
+class Feeder(threading.Thread):
+    """Produces records at `rate` per second from one producer (each run's order kept)."""
+
+    def __init__(self, env: Env, records: list[RawRecord], rate: float) -> None:
+        super().__init__(daemon=True)
+        self.env, self.records, self.rate = env, records, rate
+        self.sent = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        client = self.env.client()
+        try:
+            started = time.monotonic()
+            for n, record in enumerate(self.records):
+                if n % 100 == 0:
+                    ahead = n / self.rate - (time.monotonic() - started)
+                    if ahead > 0:
+                        time.sleep(ahead)
+                client.send_raw(record.key, record.value, record.headers)  # type: ignore[arg-type]
+                self.sent = n + 1
+            client.flush(300)
+        except BaseException as exc:  # reported by the scenario
+            self.error = exc
+        finally:
+            client.close()
+
+    @property
+    def seconds(self) -> float:
+        return len(self.records) / self.rate
