@@ -22,7 +22,7 @@ from processor.engine.parse import MachineFileError
 from processor.keyring import KeyringError, load_keyring
 from processor.machines import load_catalog
 from processor.runtime.http import serve
-from processor.runtime.worker import ClientHung, Worker, WorkerConfig, WorkerError
+from processor.runtime.worker import ClientBroken, Worker, WorkerConfig, WorkerError
 from processor.topics import TopicNames
 
 
@@ -163,7 +163,7 @@ def worker(
     signal.signal(signal.SIGINT, lambda *_: running.stop())
     try:
         running.run()
-    except ClientHung as exc:
+    except ClientBroken as exc:
         # The same command again, as a new process image: a restart in place that needs
         # no supervisor, from state that is consistent (stores move only after commits).
         logging.getLogger("runstate.worker").error("%s; restarting the worker in place", exc)

@@ -49,15 +49,24 @@ class WorkerError(RuntimeError):
     """The worker cannot run as configured; the message says what to change."""
 
 
-class ClientHung(WorkerError):
+class ClientBroken(WorkerError):
+    """The transactional producer cannot go on (a fatal error, e.g. after a broker
+    restart the coordinator ended its transaction: INVALID_TXN_STATE). Nothing is
+    half-applied: the stores move only after a commit returned. The process should
+    start again (the CLI restarts it in place)."""
+
+
+class ClientHung(ClientBroken):
     """A transactional call of librdkafka did not return long after its timeout
     (librdkafka #5456, #5511: send_offsets_to_transaction can block forever when the
-    group coordinator goes away, as in a broker restart). Nothing is half-applied: the
-    stores move only after a commit returned. The process should start again."""
+    group coordinator goes away, as in a broker restart)."""
 
 
 # How long past its own timeout a transactional call may take before it counts as hung.
-HUNG_AFTER_S = 15.0
+HUNG_AFTER_S = 5.0
+# send_offsets_to_transaction's own timeout: past the transaction timeout (10 s by
+# default) the coordinator aborts the transaction anyway.
+SEND_OFFSETS_TIMEOUT_S = 10.0
 
 
 def bounded(what: str, call: Callable[[], object], timeout_s: float) -> None:
@@ -274,7 +283,7 @@ class Worker:
                     self._checkpoint()
                 self.producer.poll(0)
             self._checkpoint()
-        except ClientHung:
+        except ClientBroken:
             # Its clients may block in any further call: leave them to the process's end.
             self.consumer = self.producer = None
             raise
@@ -490,8 +499,10 @@ class Worker:
                 producer = self.producer
                 bounded(
                     "send_offsets_to_transaction",
-                    lambda: producer.send_offsets_to_transaction(offsets, metadata, 30),
-                    30,
+                    lambda: producer.send_offsets_to_transaction(
+                        offsets, metadata, SEND_OFFSETS_TIMEOUT_S
+                    ),
+                    SEND_OFFSETS_TIMEOUT_S,
                 )
             self._commit_transaction()
         except KafkaException as exc:
@@ -531,7 +542,7 @@ class Worker:
             bounded("abort_transaction", lambda: producer.abort_transaction(30), 30)
         except KafkaException as exc:
             if exc.args[0].fatal():
-                raise
+                raise ClientBroken(f"the producer cannot abort: {exc}") from exc
             log.warning("abort_transaction: %s", exc)
         self._txn_open = False
         for store in self.stores.values():

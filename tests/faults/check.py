@@ -44,6 +44,7 @@ class Row:
     repeated: int = 0
     mismatched: int = 0
     crashes: int = 0
+    self_restarts: int = 0  # workers that restarted themselves in place (a hung client)
     lag_zero: bool = False
     recovery_s: list[float] = field(default_factory=list)
     seconds: float = 0.0

@@ -12,6 +12,8 @@ from schemas.messages import Proposal
 from tests.faults.hostile import RawRecord
 from tests.integration.harness import Env, WorkerProcess
 
+RESTART_IN_PLACE = "restarting the worker in place"
+
 
 class Cluster:
     """Workers in numbered slots; each slot keeps its state directory across restarts.
@@ -83,6 +85,11 @@ class Cluster:
     def close(self) -> None:
         for slot in sorted(self.workers):
             self.stop(slot)
+
+    def self_restarts(self) -> int:
+        """Restarts in place the workers logged (a librdkafka call that hung)."""
+        logs = self.env.tmp.glob("worker-*.log")
+        return sum(path.read_text(errors="replace").count(RESTART_IN_PLACE) for path in logs)
 
 
 def signed_records(env: Env, plan: list[dict[str, object]]) -> list[RawRecord]:
