@@ -264,24 +264,17 @@ class Worker:
         interval = self.config.commit_interval_ms / 1000
         try:
             while not self._stop.is_set():
-                for msg in self.consumer.consume(num_messages=500, timeout=0.05):
-                    err = msg.error()
-                    if err is not None:
-                        if err.fatal():
-                            raise KafkaException(err)
-                        log.warning("consumer: %s", err)
-                        continue
-                    self._process(msg)
-                now = time.monotonic()
-                if now - self._last_punctuation >= self.config.timer_interval_ms / 1000:
-                    self._last_punctuation = now
-                    self._punctuate(int(time.time() * 1000))
-                if self._txn_open and (
-                    self._pending >= self.config.commit_max_records
-                    or time.monotonic() - self._txn_started >= interval
-                ):
-                    self._checkpoint()
-                self.producer.poll(0)
+                try:
+                    self._step(interval)
+                except KafkaException as exc:
+                    # A produce refused mid-batch (e.g. _STATE after a broker restart):
+                    # the transaction cannot commit. Abort it, which rewinds the input to
+                    # the committed offsets, and go on from there.
+                    if exc.args[0].fatal():
+                        raise ClientBroken(f"the producer failed: {exc}") from exc
+                    if not self._txn_open:
+                        raise
+                    self._abort(f"transaction failed: {exc}")
             self._checkpoint()
         except ClientBroken:
             # Its clients may block in any further call: leave them to the process's end.
@@ -289,6 +282,28 @@ class Worker:
             raise
         finally:
             self._close()
+
+    def _step(self, interval: float) -> None:
+        """One turn of the loop: a batch of proposals, due timers, a checkpoint if due."""
+        assert self.consumer is not None and self.producer is not None
+        for msg in self.consumer.consume(num_messages=500, timeout=0.05):
+            err = msg.error()
+            if err is not None:
+                if err.fatal():
+                    raise WorkerError(f"the consumer failed: {err}")
+                log.warning("consumer: %s", err)
+                continue
+            self._process(msg)
+        now = time.monotonic()
+        if now - self._last_punctuation >= self.config.timer_interval_ms / 1000:
+            self._last_punctuation = now
+            self._punctuate(int(time.time() * 1000))
+        if self._txn_open and (
+            self._pending >= self.config.commit_max_records
+            or time.monotonic() - self._txn_started >= interval
+        ):
+            self._checkpoint()
+        self.producer.poll(0)
 
     def _close(self) -> None:
         if self.consumer is not None:

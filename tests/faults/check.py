@@ -23,12 +23,12 @@ from processor.config import KafkaSettings
 from processor.engine import Commit
 from processor.machines import builtin_machines
 from processor.partitioning import partition_for
-from processor.pipeline import DeadLetterReason, decide_record
+from processor.pipeline import DeadLetterReason
 from processor.readback import read_topics
 from processor.replay import apply_transitions
 from processor.runtime.store import FIRED_CHANGELOG_PREFIX
 from schemas.messages import DeadLetter, Rejection, RunSnapshot, Transition
-from tests.integration.harness import Env, WorkerProcess
+from tests.integration.harness import Env, WorkerProcess, decided_records
 
 Signature = tuple[Any, ...]
 
@@ -70,21 +70,11 @@ class Oracle:
 
 def oracle(env: Env) -> Oracle:
     """Every proposals record decided again by the pure pipeline, partition by partition."""
-    machines = builtin_machines()
     expected: Counter[Signature] = Counter()
     state: dict[str, RunSnapshot] = {}
     last: dict[int, int] = {}
-    for msg in read_topics(KafkaSettings(env.bootstrap), [env.topics.proposals]):
+    for msg, outcome in decided_records(env):
         last[msg.partition()] = msg.offset()
-        outcome = decide_record(
-            msg.key(),
-            msg.value(),
-            msg.headers(),
-            msg.timestamp()[1],
-            keyring=env.keyring,
-            machines=machines,
-            lookup=state.get,
-        )
         if isinstance(outcome, Commit):
             state[outcome.snapshot.run_id] = outcome.snapshot
             expected[("transition", outcome.transition.proposal_id)] += 1

@@ -6,13 +6,22 @@ import signal
 import subprocess
 import threading
 import time
+from typing import Any
 
-from processor.intake import signed_headers
-from schemas.messages import Proposal
 from tests.faults.hostile import RawRecord
+from tests.integration import harness
 from tests.integration.harness import Env, WorkerProcess
 
 RESTART_IN_PLACE = "restarting the worker in place"
+
+
+def _why(worker: WorkerProcess) -> str:
+    """The end of a worker's last traceback (or of its log), without librdkafka noise."""
+    text = worker.log_path.read_text(errors="replace")
+    if "Traceback" in text:
+        text = text[text.rindex("Traceback") :]
+    lines = [ln for ln in text.splitlines() if "rdkafka#" not in ln and not ln.startswith("%")]
+    return "\n".join(lines[-12:])
 
 
 class Cluster:
@@ -45,10 +54,10 @@ class Cluster:
             code = worker.terminate()
         except subprocess.TimeoutExpired:
             worker.kill()
-            self.crashes.append(f"slot {slot} did not stop within 60 s of SIGTERM:\n{worker.log()}")
+            self.crashes.append(f"slot {slot} did not stop within 60 s of SIGTERM:\n{_why(worker)}")
             return
         if code != 0:
-            self.crashes.append(f"slot {slot} exited {code} on SIGTERM:\n{worker.log()}")
+            self.crashes.append(f"slot {slot} exited {code} on SIGTERM:\n{_why(worker)}")
 
     def pause(self, slot: int) -> None:
         os.kill(self.workers[slot].proc.pid, signal.SIGSTOP)
@@ -67,7 +76,7 @@ class Cluster:
         for slot, worker in list(self.workers.items()):
             code = worker.proc.poll()
             if code is not None:
-                self.crashes.append(f"slot {slot} exited {code}:\n{worker.log()}")
+                self.crashes.append(f"slot {slot} exited {code}:\n{_why(worker)}")
                 del self.workers[slot]
 
     def wait_owned(self, partitions: int, timeout: float = 120.0) -> None:
@@ -92,17 +101,9 @@ class Cluster:
         return sum(path.read_text(errors="replace").count(RESTART_IN_PLACE) for path in logs)
 
 
-def signed_records(env: Env, plan: list[dict[str, object]]) -> list[RawRecord]:
+def signed_records(env: Env, plan: list[dict[str, Any]]) -> list[RawRecord]:
     """The workload as records, each signed with its principal's key."""
-    out = []
-    for item in plan:
-        fields = {k: v for k, v in item.items() if k not in ("key", "run_id", "event")}
-        value = Proposal(run_id=item["run_id"], event=item["event"], **fields)  # type: ignore[arg-type]
-        raw = value.model_dump_json(exclude_none=True).encode()
-        key_id = str(item["key"])
-        headers = signed_headers(raw, key_id, env.keyring.keys[key_id].secret)
-        out.append(RawRecord(str(item["run_id"]).encode(), raw, headers))
-    return out
+    return [RawRecord(k, v, h) for k, v, h in harness.signed_records(env, plan)]
 
 
 class Feeder(threading.Thread):

@@ -79,7 +79,7 @@ def _run(
         cluster.close()
         row.crashes = len(cluster.crashes)
         row.self_restarts = cluster.self_restarts()
-        row.examples += [c[:300] for c in cluster.crashes[:2]]
+        row.examples += [c[-1500:] for c in cluster.crashes[:2]]
         row.seconds = round(time.monotonic() - started, 1)
     return row
 

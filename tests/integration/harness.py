@@ -5,9 +5,12 @@ import random
 import time
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from confluent_kafka import Message
 
 from processor.client import RunstateClient
 from processor.config import KafkaSettings
@@ -15,7 +18,7 @@ from processor.engine import Commit
 from processor.intake import signed_headers
 from processor.keyring import Keyring, dump_keyring, generate_keyring
 from processor.machines import builtin_machines
-from processor.pipeline import DeadLetterReason, decide_record
+from processor.pipeline import Outcome, decide_record
 from processor.readback import read_topics
 from processor.runtime.process import WorkerProcess as ProductWorkerProcess
 from processor.runtime.store import FIRED_CHANGELOG_PREFIX
@@ -152,16 +155,26 @@ def workload(runs: int, proposals: int, seed: int = 7) -> list[dict[str, Any]]:
     return plan
 
 
-def send(env: Env, plan: list[dict[str, Any]]) -> None:
-    """One producer (so each run's proposals keep their order), each record signed with
-    the key of the principal that proposes it."""
-    client = env.client()
+def signed_records(
+    env: Env, plan: list[dict[str, Any]]
+) -> list[tuple[bytes, bytes, list[tuple[str, str | bytes | None]]]]:
+    """The plan as (key, value, headers), each signed with its principal's key."""
+    out = []
     for item in plan:
         fields = {k: v for k, v in item.items() if k not in ("key", "run_id", "event")}
         value = Proposal(run_id=item["run_id"], event=item["event"], **fields)
         raw = value.model_dump_json(exclude_none=True).encode()
         secret = env.keyring.keys[item["key"]].secret
-        client.send_raw(item["run_id"].encode(), raw, signed_headers(raw, item["key"], secret))
+        out.append((item["run_id"].encode(), raw, signed_headers(raw, item["key"], secret)))
+    return out
+
+
+def send(env: Env, plan: list[dict[str, Any]]) -> None:
+    """One producer (so each run's proposals keep their order), each record signed with
+    the key of the principal that proposes it."""
+    client = env.client()
+    for key, value, headers in signed_records(env, plan):
+        client.send_raw(key, value, headers)
     client.flush(60)
     client.close()
 
@@ -218,33 +231,37 @@ def wait_for_outcomes(
         time.sleep(1.0)
 
 
-def replay(env: Env) -> tuple[dict[str, RunSnapshot], dict[str, str]]:
-    """Decide the proposals topic again from offset 0 with the pure pipeline: the final
-    snapshot of every run and the outcome kind of every proposal id."""
+def decided_records(env: Env) -> Iterator[tuple[Message, Outcome]]:
+    """Every record of the proposals topic with the outcome the pure pipeline gives it,
+    deciding from offset 0 (runs live in one partition, so one pass in read order)."""
     machines = builtin_machines()
     state: dict[str, RunSnapshot] = {}
-    outcomes: dict[str, str] = {}
-    by_partition: dict[int, list[Any]] = defaultdict(list)
     for msg in read_topics(KafkaSettings(env.bootstrap), [env.topics.proposals]):
-        by_partition[msg.partition()].append(msg)
-    for msgs in by_partition.values():
-        for msg in msgs:
-            outcome = decide_record(
-                msg.key(),
-                msg.value(),
-                msg.headers(),
-                msg.timestamp()[1],
-                keyring=env.keyring,
-                machines=machines,
-                lookup=state.get,
-            )
-            if isinstance(outcome, Commit):
-                state[outcome.snapshot.run_id] = outcome.snapshot
-                outcomes[outcome.transition.proposal_id] = "transition"
-            elif isinstance(outcome, Rejection) and outcome.proposal_id is not None:
-                outcomes.setdefault(outcome.proposal_id, outcome.code.value)
-            elif isinstance(outcome, DeadLetterReason):
-                pass
+        outcome = decide_record(
+            msg.key(),
+            msg.value(),
+            msg.headers(),
+            msg.timestamp()[1],
+            keyring=env.keyring,
+            machines=machines,
+            lookup=state.get,
+        )
+        if isinstance(outcome, Commit):
+            state[outcome.snapshot.run_id] = outcome.snapshot
+        yield msg, outcome
+
+
+def replay(env: Env) -> tuple[dict[str, RunSnapshot], dict[str, str]]:
+    """Decide the proposals topic again with the pure pipeline: the final snapshot of
+    every run and the outcome kind of every proposal id."""
+    state: dict[str, RunSnapshot] = {}
+    outcomes: dict[str, str] = {}
+    for _, outcome in decided_records(env):
+        if isinstance(outcome, Commit):
+            state[outcome.snapshot.run_id] = outcome.snapshot
+            outcomes[outcome.transition.proposal_id] = "transition"
+        elif isinstance(outcome, Rejection) and outcome.proposal_id is not None:
+            outcomes.setdefault(outcome.proposal_id, outcome.code.value)
     return state, outcomes
 
 
