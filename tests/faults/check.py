@@ -250,16 +250,19 @@ def check(
             bad.add(run_id)
     replayed = apply_transitions(builtin_machines(), ((t, None) for t in got.transitions))
     bad |= {p.transition_id.rsplit(":", 1)[0] for p in replayed.problems}
-    # Asked again while any differ (for 30 s): after a fault the group may still be
-    # moving partitions, and a worker answers only for the partitions it owns now.
+    # Asked again while any differ (for 60 s), with the transitions read again too:
+    # the workers' own deadlines may commit after the read above, and after a fault the
+    # group may still be moving partitions (a worker answers only for its own).
     differ = sorted(replayed.snapshots)
-    until = time.monotonic() + 30
-    while differ:
+    until = time.monotonic() + 60
+    while True:
         served = http_snapshots(workers, differ, partitions)
-        differ = [r for r, snap in served.items() if snap != replayed.snapshots[r]]
+        differ = [r for r, snap in served.items() if snap != replayed.snapshots.get(r)]
         if not differ or time.monotonic() > until:
             break
         time.sleep(1.0)
+        transitions = outputs(env).transitions
+        replayed = apply_transitions(builtin_machines(), ((t, None) for t in transitions))
     for run_id in differ:
         bad.add(run_id)
         if len(row.examples) < 8:
