@@ -43,6 +43,17 @@ def fresh_env(bootstrap: str, tmp: Path) -> Env:
     return make_env(bootstrap, names, tmp)
 
 
+def _cluster(
+    bootstrap: str, tmp: Path, runtime: str, workers: int, *extra: str
+) -> tuple[Env, Cluster]:
+    """Fresh topics and `workers` started workers of one group."""
+    env = fresh_env(bootstrap, tmp)
+    cluster = Cluster(env, runtime, *extra)
+    for slot in range(workers):
+        cluster.start(slot)
+    return env, cluster
+
+
 def _run(
     name: str,
     env: Env,
@@ -97,10 +108,7 @@ def _sleep_until(start: float, offset: float) -> None:
 def kills(bootstrap: str, tmp: Path, runtime: str, size: Size) -> Row:
     """Three workers (static membership, restarted in place); SIGKILL a random one at
     random moments, `size.kills` times."""
-    env = fresh_env(bootstrap, tmp)
-    cluster = Cluster(env, runtime, "--static-membership")
-    for slot in range(3):
-        cluster.start(slot)
+    env, cluster = _cluster(bootstrap, tmp, runtime, 3, "--static-membership")
 
     def faults(feeder: Feeder, cluster: Cluster, rng: random.Random) -> list[float]:
         start, times = time.monotonic(), []
@@ -116,9 +124,7 @@ def kills(bootstrap: str, tmp: Path, runtime: str, size: Size) -> Row:
 
 def scaling(bootstrap: str, tmp: Path, runtime: str, size: Size) -> Row:
     """One worker, then three, then one again, under load (graceful joins and leaves)."""
-    env = fresh_env(bootstrap, tmp)
-    cluster = Cluster(env, runtime)
-    cluster.start(0)
+    env, cluster = _cluster(bootstrap, tmp, runtime, 1)
 
     def faults(feeder: Feeder, cluster: Cluster, rng: random.Random) -> list[float]:
         start = time.monotonic()
@@ -138,10 +144,7 @@ def scaling(bootstrap: str, tmp: Path, runtime: str, size: Size) -> Row:
 def zombie(bootstrap: str, tmp: Path, runtime: str, size: Size) -> Row:
     """Three workers; one paused (SIGSTOP) past its session timeout, its partitions
     move, then it resumes (SIGCONT) and must be fenced, not publish."""
-    env = fresh_env(bootstrap, tmp)
-    cluster = Cluster(env, runtime)
-    for slot in range(3):
-        cluster.start(slot)
+    env, cluster = _cluster(bootstrap, tmp, runtime, 3)
 
     def faults(feeder: Feeder, cluster: Cluster, rng: random.Random) -> list[float]:
         start = time.monotonic()
@@ -158,10 +161,7 @@ def zombie(bootstrap: str, tmp: Path, runtime: str, size: Size) -> Row:
 
 def hostile(bootstrap: str, tmp: Path, runtime: str, size: Size) -> Row:
     """Two workers; `size.hostile` hostile records of every kind mixed into the workload."""
-    env = fresh_env(bootstrap, tmp)
-    cluster = Cluster(env, runtime)
-    for slot in range(2):
-        cluster.start(slot)
+    env, cluster = _cluster(bootstrap, tmp, runtime, 2)
 
     def faults(feeder: Feeder, cluster: Cluster, rng: random.Random) -> list[float]:
         return []
@@ -174,10 +174,7 @@ def broker_restart(tmp: Path, runtime: str, size: Size) -> Row:
     data = tmp / "broker"
     broker = start_broker(data)
     try:
-        env = fresh_env(broker.bootstrap, tmp / "env")
-        cluster = Cluster(env, runtime)
-        for slot in range(2):
-            cluster.start(slot)
+        env, cluster = _cluster(broker.bootstrap, tmp / "env", runtime, 2)
 
         def faults(feeder: Feeder, cluster: Cluster, rng: random.Random) -> list[float]:
             nonlocal broker
