@@ -97,8 +97,9 @@ def setup_logging(level: str) -> None:
     default=False,
     help="Static: a worker restarted with the same state dir takes its partitions back at "
     "once, without waiting for the session timeout (best when workers restart in place); "
-    "but a stopped one keeps them until that timeout. Dynamic: a stopped worker hands "
-    "over at once; a crashed one after the session timeout.",
+    "but a stopped one keeps them until that timeout, and rebalances are eager (every "
+    "worker pauses while partitions move). Dynamic: cooperative rebalances; a stopped "
+    "worker hands over at once, a crashed one after the session timeout.",
 )
 @option("--log-level", env="LOG_LEVEL", default="info", help="debug, info, warning, error.")
 def worker(

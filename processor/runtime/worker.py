@@ -226,7 +226,9 @@ class Worker:
                     "enable.auto.commit": False,
                     "auto.offset.reset": "earliest",
                     "isolation.level": "read_committed",
-                    "partition.assignment.strategy": "cooperative-sticky",
+                    "partition.assignment.strategy": assignment_strategy(
+                        self.config.static_membership
+                    ),
                     "enable.partition.eof": False,
                     **(
                         {"group.instance.id": f"{self.config.group_id}-{self.worker_id}"}
@@ -620,6 +622,16 @@ class Worker:
     # -- queries (HTTP threads) -------------------------------------------------
     def owner_store(self, partition: int) -> PartitionStore | None:
         return self.stores.get(partition)
+
+
+def assignment_strategy(static_membership: bool) -> str:
+    """Cooperative rebalancing moves partitions in two rounds: the owner gives them up,
+    then rejoins so they can go elsewhere. A static member killed between the two is
+    replaced without a rebalance (its restart rejoins a stable group), so nobody rejoins
+    and the partitions it gave up stay unowned until the membership changes again (seen
+    in the fault harness: two of three partitions idle for minutes). Eager rebalancing
+    hands out the whole assignment in one round, so static members use it."""
+    return "roundrobin" if static_membership else "cooperative-sticky"
 
 
 def default_state_dir() -> Path:
