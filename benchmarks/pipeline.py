@@ -1,154 +1,259 @@
-"""End-to-end drain rate on a real broker: the native worker against the ceiling.
+"""Benchmarks side by side on one local broker: the ceiling, the native worker, the Faust
+runtime, a Quix Streams app and seed 003's SQLite design, fed the same input.
 
-The same pre-loaded proposals topic (the seed machines' workload, about 10 % refused)
-is drained by each contender with exactly-once, and the rate is proposals divided by
-the time from the first outcome's record timestamp (when the contender produced it) to
-the moment all of them are visible to a read-committed consumer tailing the outputs, so
-process start-up does not count and every checkpoint does.
-  ceiling: confluent-kafka consume -> produce passthrough in transactions, no state,
-           the same checkpoint cadence as the worker (100 ms or 1,000 records);
-  native:  `runstate worker`, one process.
-A first slice of issue 8 (the other contenders, latency, restore and memory are not
-here yet). Usage: python -m benchmarks.pipeline [--runs 2000 --proposals 20000 --repeats 3]
+Measures throughput (produced -> outcome visible to a read-committed consumer, from a
+pre-loaded topic), latency p50/p99 at fixed offered loads (fractions of the native
+rate), the native worker's resident memory as runs grow and its restore rate from the
+changelog. Writes BENCHMARKS.md and benchmarks/results.json; `--quick` is a smoke-sized
+run (not for the committed figures).
+
+Usage: python -m benchmarks.pipeline [--quick] [--contenders native,ceiling,...]
 """
 
 import argparse
+import json
+import shlex
 import statistics
+import sys
 import tempfile
-import threading
-import time
 import uuid
 from pathlib import Path
+from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from rich.console import Console
-from rich.table import Table
+from rich.progress import Progress
 
+from benchmarks.contenders import CONTENDERS, Setup
+from benchmarks.measure import drain, growth_and_restore, latency
+from benchmarks.report import machine, markdown, spread
+from benchmarks.workload import lives
 from processor.broker.provide import provide_broker
+from processor.engine import Commit
+from processor.machines import builtin_machines
+from processor.pipeline import decide_record
 from processor.topics import TopicNames, create_topics, plan_topics
-from tests.integration.harness import WorkerProcess, make_env, send, workload
+from schemas.messages import RunSnapshot
+from tests.faults.cluster import signed_records
+from tests.faults.hostile import RawRecord
+from tests.integration.harness import Env, make_env
 
 PARTITIONS = 3
+FULL: dict[str, Any] = {
+    "runs": 2_000,
+    "proposals": 20_000,
+    "repeats": 3,
+    "loads": "0.2,0.5",
+    "latency_seconds": 15.0,
+    "growth": "10000,100000,1000000",
+}
+QUICK: dict[str, Any] = {
+    "runs": 200,
+    "proposals": 2_000,
+    "repeats": 1,
+    "loads": "0.2,0.5",
+    "latency_seconds": 3.0,
+    "growth": "1000,3000",
+}
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def outcome_span(bootstrap: str, topics: list[str], expected: int, timeout: float) -> float:
-    """Seconds from the first outcome's record timestamp until `expected` outcomes are
-    visible to a read-committed consumer (tailing from offset 0)."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"bench-{uuid.uuid4().hex[:6]}",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "log_level": 3,
-        }
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parts = [
-        TopicPartition(topic, p, OFFSET_BEGINNING) for topic in topics for p in range(PARTITIONS)
-    ]
-    consumer.assign(parts)
-    seen, first_ms = 0, None
-    deadline = time.monotonic() + timeout
-    try:
-        while seen < expected:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{seen} of {expected} outcomes after {timeout:.0f}s")
-            for msg in consumer.consume(1000, 0.01):
-                if msg.error():
-                    continue
-                seen += 1
-                stamp = msg.timestamp()[1]
-                first_ms = stamp if first_ms is None else min(first_ms, stamp)
-        assert first_ms is not None
-        return time.time() - first_ms / 1000
-    finally:
-        consumer.close()
+    parser.add_argument("--contenders", default=",".join(CONTENDERS), help="Comma-separated.")
+    parser.add_argument("--runs", type=int, help="Runs in the throughput input (2,000).")
+    parser.add_argument("--proposals", type=int, help="Throughput input size (20,000).")
+    parser.add_argument("--repeats", type=int, help="Throughput repeats (3).")
+    parser.add_argument("--loads", help="Offered loads, fractions of the native rate (0.2,0.5).")
+    parser.add_argument("--latency-seconds", type=float, help="Timed feed per load (15).")
+    parser.add_argument(
+        "--growth", help="Run counts for memory and restore (10000,100000,1000000)."
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="Smoke-sized defaults: seconds, not figures."
+    )
+    parser.add_argument("--markdown", type=Path, default=ROOT / "BENCHMARKS.md")
+    parser.add_argument("--json", type=Path, default=ROOT / "benchmarks" / "results.json")
+    args = parser.parse_args()
+    for name, value in (QUICK if args.quick else FULL).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    return args
 
 
-def ceiling(bootstrap: str, names: TopicNames, expected: int) -> None:
-    """Transactional passthrough until `expected` records were committed."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"ceiling-{uuid.uuid4().hex[:6]}",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
-        }
-    )
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "transactional.id": f"ceiling-{uuid.uuid4().hex[:6]}"}
-    )
-    producer.init_transactions(30)
-    consumer.subscribe([names.proposals])
-    done, pending, started = 0, {}, time.monotonic()
-    producer.begin_transaction()
-    while done < expected:
-        for msg in consumer.consume(500, 0.05):
-            if msg.error():
-                continue
-            producer.produce(names.transitions, msg.value(), msg.key(), partition=msg.partition())
-            pending[msg.partition()] = msg.offset() + 1
-        if pending and time.monotonic() - started >= 0.1:
-            offsets = [TopicPartition(names.proposals, p, o) for p, o in pending.items()]
-            producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata())
-            producer.commit_transaction()
-            done = sum(o for o in pending.values())
-            producer.begin_transaction()
-            started = time.monotonic()
-    producer.abort_transaction()
-    consumer.close()
+class Bench:
+    """One broker, one keyring; a fresh set of topics and a work dir per measurement."""
+
+    def __init__(self, bootstrap: str, tmp: Path, console: Console) -> None:
+        self.bootstrap, self.tmp, self.console = bootstrap, tmp, console
+        self.admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+        self.env: Env = make_env(bootstrap, TopicNames.with_prefix("unused."), tmp)
+
+    def setup(self, label: str) -> Setup:
+        prefix = f"b-{uuid.uuid4().hex[:8]}."
+        create_topics(self.admin, plan_topics(TopicNames.with_prefix(prefix), PARTITIONS, 1))
+        workdir = self.tmp / f"{label}-{prefix.rstrip('.')}"
+        workdir.mkdir()
+        return Setup(
+            self.bootstrap, prefix, self.env.keyring_path, workdir, f"g-{prefix}", self.console
+        )
+
+    def records(self, runs: int, proposals: int, seed: int) -> list[RawRecord]:
+        return lives(self.env.keyring, runs, proposals, seed)
+
+    def creates(self, first: int, last: int) -> list[RawRecord]:
+        plan = [
+            {
+                "run_id": f"m-{n}",
+                "event": "create",
+                "key": "runtime",
+                "payload": {"machine": "task_lifecycle"},
+                "proposal_id": f"m-{n}",
+            }
+            for n in range(first, last)
+        ]
+        return signed_records(self.env, plan)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=2_000)
-    parser.add_argument("--proposals", type=int, default=20_000)
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
+    args = parse_args()
     console = Console()
-    rates: dict[str, list[float]] = {"ceiling": [], "native": []}
-    plan = workload(runs=args.runs, proposals=args.proposals, seed=8)
+    chosen = [name.strip() for name in args.contenders.split(",") if name.strip()]
+    unknown = set(chosen) - set(CONTENDERS)
+    if unknown or "native" not in chosen:
+        sys.exit(f"--contenders: need native, and only {', '.join(CONTENDERS)}; got {chosen}")
+    results: dict[str, Any] = {
+        "command": "python -m benchmarks.pipeline " + shlex.join(sys.argv[1:]),
+        "machine": machine(),
+    }
     with tempfile.TemporaryDirectory() as tmp, provide_broker(Path(tmp) / "broker") as bootstrap:
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        for repeat in range(args.repeats):
-            for contender in rates:
-                names = TopicNames.with_prefix(f"b-{uuid.uuid4().hex[:8]}.")
-                create_topics(admin, plan_topics(names, PARTITIONS, 1))
-                where = Path(tmp) / f"{contender}-{repeat}"
-                where.mkdir()
-                env = make_env(bootstrap, names, where)
-                with console.status(f"{contender}, repeat {repeat + 1}: loading"):
-                    send(env, plan)
-                with console.status(f"{contender}, repeat {repeat + 1}: draining"):
-                    if contender == "ceiling":
-                        passthrough = threading.Thread(
-                            target=ceiling, args=(bootstrap, names, len(plan)), daemon=True
-                        )
-                        passthrough.start()
-                        topics = [names.transitions]
-                    else:
-                        worker = WorkerProcess(env, env.tmp / "w")
-                        topics = [names.transitions, names.rejections, names.dlq]
-                    span = outcome_span(bootstrap, topics, len(plan), timeout=600)
-                    if contender == "native":
-                        worker.terminate()
-                rates[contender].append(len(plan) / span)
-                console.print(f"{contender}: {len(plan) / span:,.0f} proposals/s")
-    table = Table(title=f"drain rate, {len(plan):,} proposals, {args.repeats} repeats")
-    for column in ("contender", "min /s", "median /s", "max /s", "native / it"):
-        table.add_column(column, justify="right")
-    native = statistics.median(rates["native"])
-    for name, values in rates.items():
-        table.add_row(
-            name,
-            f"{min(values):,.0f}",
-            f"{statistics.median(values):,.0f}",
-            f"{max(values):,.0f}",
-            f"{native / statistics.median(values):.2f}",
+        bench = Bench(bootstrap, Path(tmp), console)
+        plan_records = bench.records(args.runs, args.proposals, seed=8)
+        results["parameters"] = {
+            "runs": args.runs,
+            "proposals": len(plan_records),
+            "refused_share": refused_share(bench.env, plan_records),
+            "repeats": args.repeats,
+        }
+        rates: dict[str, list[float]] = {name: [] for name in chosen}
+        peaks: dict[str, list[float]] = {name: [] for name in chosen}
+        with Progress(console=console, transient=True) as progress:
+            task = progress.add_task("throughput", total=args.repeats * len(chosen))
+            for repeat in range(args.repeats):
+                for name in chosen:
+                    progress.update(task, description=f"throughput: {name}, repeat {repeat + 1}")
+                    result = drain(bench.setup(name), CONTENDERS[name], plan_records, PARTITIONS)
+                    rates[name].append(result.rate)
+                    peaks[name].append(result.peak_mb)
+                    console.print(f"throughput {name}: {result.rate:,.0f} proposals/s")
+                    progress.advance(task)
+        results["throughput"] = {
+            name: {"rate": spread(rates[name]), "peak_mb": spread(peaks[name])} for name in chosen
+        }
+        native_rate = statistics.median(rates["native"])
+        results["latency"] = []
+        fractions = [float(f) for f in args.loads.split(",")]
+        for fraction in fractions:
+            rate = fraction * native_rate
+            warmup = 500 if not args.quick else 100
+            count = int(rate * args.latency_seconds) + warmup
+            rows: dict[str, Any] = {}
+            for name in chosen:
+                with console.status(f"latency at {fraction:.0%} ({rate:,.0f}/s): {name}"):
+                    records = bench.records(max(10, count // 10), count, seed=9)
+                    measured = latency(
+                        bench.setup(name), CONTENDERS[name], records, rate, PARTITIONS, warmup
+                    )
+                rows[name] = measured.__dict__
+                console.print(
+                    f"latency {fraction:.0%} {name}: p50 {measured.p50_ms:.1f} ms, "
+                    f"p99 {measured.p99_ms:.1f} ms, unanswered {measured.missing}"
+                )
+            results["latency"].append({"fraction": fraction, "rate": rate, "contenders": rows})
+        steps = [int(s) for s in args.growth.split(",")]
+        batches, first = [], 0
+        with console.status("signing the create proposals for the memory runs"):
+            for runs in steps:
+                batches.append((runs, bench.creates(first, runs)))
+                first = runs
+        with console.status(f"native memory at {', '.join(f'{s:,}' for s in steps)} runs"):
+            growth = growth_and_restore(
+                bench.setup("growth"), CONTENDERS["native"], batches, PARTITIONS
+            )
+        resident = growth.resident_mb
+        results["growth"] = {
+            "resident_mb": {str(k): v for k, v in resident.items()},
+            "growth_mb": resident[max(resident)] - resident[min(resident)],
+            "restore_runs_per_s": growth.restore_runs_per_s,
+        }
+        console.print(f"memory {resident}; restore {growth.restore_runs_per_s:,.0f} runs/s")
+    results["targets"] = targets(results, steps)
+    args.json.write_text(json.dumps(results, indent=2) + "\n")
+    args.markdown.write_text(markdown(results))
+    console.print(markdown(results))
+    console.print(f"wrote {args.markdown} and {args.json}")
+
+
+def refused_share(env: Env, records: list[RawRecord]) -> float:
+    """The share of the input the rules refuse (decided in order, as one worker would)."""
+    machines, snapshots = builtin_machines(), dict[str, RunSnapshot]()
+    refused = 0
+    for n, record in enumerate(records):
+        outcome = decide_record(
+            record.key,
+            record.value,
+            record.headers,
+            1_800_000_000_000 + n,
+            keyring=env.keyring,
+            machines=machines,
+            lookup=snapshots.get,
         )
-    console.print(table)
+        if isinstance(outcome, Commit):
+            snapshots[outcome.snapshot.run_id] = outcome.snapshot
+        else:
+            refused += 1
+    return refused / len(records)
+
+
+def targets(results: dict[str, Any], steps: list[int]) -> list[dict[str, Any]]:
+    """Issue 8's targets and where they stand (never lowered)."""
+    rate = {name: row["rate"]["median"] for name, row in results["throughput"].items()}
+    native = rate["native"]
+    out = []
+    for name, wanted in (("ceiling", 0.5), ("quix", 2.0), ("faust", 10.0)):
+        if name in rate:
+            ratio = native / rate[name]
+            out.append(
+                {
+                    "target": f"native ≥ {wanted}× {name}",
+                    "now": f"{ratio:.2f}×",
+                    "met": ratio >= wanted,
+                }
+            )
+    at20 = next((x for x in results["latency"] if abs(x["fraction"] - 0.2) < 1e-9), None)
+    if at20 is not None:
+        p99 = at20["contenders"]["native"]["p99_ms"]
+        out.append(
+            {"target": "native p99 at 20% load ≤ 250 ms", "now": f"{p99:.0f} ms", "met": p99 <= 250}
+        )
+    growth = results["growth"]
+    out.append(
+        {
+            "target": "restore ≥ 100,000 runs/s",
+            "now": f"{growth['restore_runs_per_s']:,.0f} runs/s",
+            "met": growth["restore_runs_per_s"] >= 100_000,
+        }
+    )
+    out.append(
+        {
+            "target": f"memory growth {steps[0]:,} → {steps[-1]:,} runs < 200 MB",
+            "now": f"{growth['growth_mb']:.0f} MB",
+            "met": growth["growth_mb"] < 200,
+        }
+    )
+    return out
 
 
 if __name__ == "__main__":

@@ -27,13 +27,12 @@ from typing import Any, cast
 import faust
 from faust.web import Request, Response, View
 
-from processor.engine import Commit
 from processor.faust_runtime.positions import Positions, Verdict
 from processor.faust_runtime.table import NEXT_OFFSET_KEY, SOURCE_OFFSET_HEADER, RunsTable
 from processor.faust_runtime.transport import Consumer, Transport
 from processor.partitioning import partition_for
 from processor.pipeline import DeadLetterReason, Outcome, decide_record
-from processor.runtime.outputs import dead_letter_value
+from processor.runtime.outputs import OutputRecord, Source, outcome_records
 from processor.runtime.worker import WorkerConfig
 from schemas.messages import RunSnapshot
 
@@ -93,6 +92,12 @@ def build_app(config: WorkerConfig, partitions: int, http_port: int) -> faust.Ap
     rejections = app.topic(topics.rejections)
     dlq = app.topic(topics.dlq)
     changelog = app.topic(topics.changelog, partitions=partitions)
+    outputs = {
+        topics.transitions: transitions,
+        topics.rejections: rejections,
+        topics.dlq: dlq,
+        topics.changelog: changelog,
+    }
     runs = RunsTable(
         app,
         name="runs",
@@ -187,54 +192,33 @@ def build_app(config: WorkerConfig, partitions: int, http_port: int) -> faust.Ap
                 log.exception("deciding %s@%s failed", message.partition, message.offset)
                 outcome = DeadLetterReason(f"internal error while deciding: {exc!r}")
             partition = message.partition
-            if isinstance(outcome, Commit):
-                key = outcome.snapshot.run_id.encode()
-                # Delivered first: a table write never runs ahead of its transition.
-                sent = await transitions.send(
-                    key=key,
-                    value=outcome.transition.model_dump_json().encode(),
-                    partition=partition,
+            source = Source(
+                message.topic, partition, message.offset, message.key, message.value, at_ms
+            )
+            # Each record delivered (awaited) before the next, the transition before its
+            # snapshot, and all before the offset can be committed. Faust's own
+            # `runs[key] = ...` sends the changelog record whenever its buffer drains,
+            # possibly after the offset is committed; a crash there lost the record, and
+            # recovery replayed older ones over the newer store.
+            snapshot: OutputRecord | None = None
+            for record in outcome_records(topics, outcome, source):
+                headers = None
+                if record.topic == topics.changelog:
+                    snapshot = record
+                    headers = [(SOURCE_OFFSET_HEADER, str(message.offset).encode())]
+                sent = await outputs[record.topic].send(
+                    key=record.key, value=record.value, partition=partition, headers=headers
                 )
                 await sent
-                # Then the changelog record, also awaited, and only then the table's
-                # store. Faust's own `runs[key] = ...` sends it whenever its buffer
-                # drains, possibly after the offset is committed; a crash there lost
-                # the record, and recovery replayed older ones over the newer store.
-                value = outcome.snapshot.model_dump_json().encode()
-                logged = await changelog.send(
-                    key=key,
-                    value=value,
-                    partition=partition,
-                    headers=[(SOURCE_OFFSET_HEADER, str(message.offset).encode())],
-                )
-                await logged
-                # The mark before the snapshot: a crash between them leaves the snapshot
-                # to recovery, which replays every changelog record since the last one.
-                delivered(message)
-                runs.data[key] = value
+            # The mark before the snapshot: a crash between them leaves the snapshot to
+            # recovery, which replays every changelog record since the last one.
+            delivered(message)
+            if snapshot is not None:
+                runs.data[snapshot.key] = snapshot.value
                 stats.transitions += 1
             elif isinstance(outcome, DeadLetterReason):
-                value = dead_letter_value(
-                    message.topic,
-                    partition,
-                    message.offset,
-                    message.key,
-                    message.value,
-                    outcome.reason,
-                    at_ms,
-                )
-                await (await dlq.send(key=message.key, value=value, partition=partition))
-                delivered(message)
                 stats.dead_letters += 1
             else:
-                key = outcome.run_id.encode() if outcome.run_id is not None else message.key
-                # Delivered before the offset can be committed, like every outcome.
-                await (
-                    await rejections.send(
-                        key=key, value=outcome.model_dump_json().encode(), partition=partition
-                    )
-                )
-                delivered(message)
                 stats.rejections += 1
             stats.proposals += 1
 

@@ -86,7 +86,8 @@ class PartitionStore:
         self.path = path
         self._db = Rdict(str(path), options)
         self._staged: dict[str, RunSnapshot] = {}
-        self._staged_history: list[Transition] = []
+        self._staged_json: dict[str, bytes] = {}
+        self._staged_history: list[tuple[Transition, bytes]] = []
         self._staged_fired: dict[str, Fired] = {}
         # Decoding JSON dominates lookups; keep recently committed snapshots decoded.
         self._cache: OrderedDict[str, RunSnapshot] = OrderedDict()
@@ -145,9 +146,20 @@ class PartitionStore:
             yield value
 
     # -- writes ----------------------------------------------------------------
-    def stage(self, commit: Commit) -> None:
-        self._staged[commit.snapshot.run_id] = commit.snapshot
-        self._staged_history.append(commit.transition)
+    def stage(
+        self,
+        commit: Commit,
+        transition_json: bytes | None = None,
+        snapshot_json: bytes | None = None,
+    ) -> None:
+        """Hold a commit until its transaction commits; pass the JSON already written to
+        the topics, if at hand, so the flush does not encode it again."""
+        run_id = commit.snapshot.run_id
+        self._staged[run_id] = commit.snapshot
+        self._staged_json[run_id] = snapshot_json or commit.snapshot.model_dump_json().encode()
+        self._staged_history.append(
+            (commit.transition, transition_json or commit.transition.model_dump_json().encode())
+        )
 
     def stage_fired(self, run_id: str, revision: int, name: str) -> Fired:
         marks = self.fired(run_id).with_name(revision, name)
@@ -156,6 +168,7 @@ class PartitionStore:
 
     def discard_staged(self) -> None:
         self._staged.clear()
+        self._staged_json.clear()
         self._staged_history.clear()
         self._staged_fired.clear()
 
@@ -164,13 +177,10 @@ class PartitionStore:
         if not (self._staged or self._staged_history or self._staged_fired or offsets):
             return
         batch = WriteBatch(raw_mode=True)
-        for run_id, snapshot in self._staged.items():
-            batch.put(_run_key(run_id), snapshot.model_dump_json().encode())
-        for transition in self._staged_history:
-            batch.put(
-                _history_key(transition.run_id, transition.revision),
-                transition.model_dump_json().encode(),
-            )
+        for run_id, encoded in self._staged_json.items():
+            batch.put(_run_key(run_id), encoded)
+        for transition, encoded in self._staged_history:
+            batch.put(_history_key(transition.run_id, transition.revision), encoded)
         for run_id, marks in self._staged_fired.items():
             batch.put(_FIRED + run_id.encode(), marks.encode())
         for run_id in set(self._staged) | set(self._staged_fired):

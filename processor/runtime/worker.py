@@ -35,7 +35,7 @@ from processor.engine import Commit, Machine
 from processor.intake import DEFAULT_MAX_PROPOSAL_BYTES, signed_headers
 from processor.keyring import Keyring
 from processor.pipeline import DeadLetterReason, Outcome, decide_record
-from processor.runtime.outputs import dead_letter_value
+from processor.runtime.outputs import Source, outcome_records
 from processor.runtime.restore import restore_partitions
 from processor.runtime.statedir import StateDir, StateDirBusy
 from processor.runtime.store import FIRED_CHANGELOG_PREFIX, PartitionStore
@@ -349,34 +349,18 @@ class Worker:
             log.exception("deciding %s[%s]@%s failed", msg.topic(), partition, msg.offset())
             outcome = DeadLetterReason(f"internal error while deciding: {exc!r}")
         self._begin()
-        key = msg.key()
+        source = Source(
+            msg.topic() or "", partition, msg.offset() or 0, msg.key(), msg.value(), timestamp
+        )
+        records = outcome_records(self.topics, outcome, source)
+        for record in records:
+            self._produce(record.topic, record.key, record.value, partition)
         if isinstance(outcome, Commit):
-            run_key = outcome.snapshot.run_id.encode()
-            self._produce(
-                self.topics.transitions, run_key, outcome.transition.model_dump_json(), partition
-            )
-            self._produce(
-                self.topics.changelog, run_key, outcome.snapshot.model_dump_json(), partition
-            )
-            store.stage(outcome)
+            store.stage(outcome, records[0].value, records[1].value)
             self.stats.transitions += 1
         elif isinstance(outcome, DeadLetterReason):
-            value = dead_letter_value(
-                msg.topic() or "",
-                partition,
-                msg.offset() or 0,
-                key,
-                msg.value(),
-                outcome.reason,
-                timestamp,
-            )
-            self._produce(self.topics.dlq, key, value, partition)
             self.stats.dead_letters += 1
         else:
-            rejection_key = outcome.run_id.encode() if outcome.run_id is not None else key
-            self._produce(
-                self.topics.rejections, rejection_key, outcome.model_dump_json(), partition
-            )
             self.stats.rejections += 1
         self.stats.proposals += 1
         self._positions[partition] = (msg.offset() or 0) + 1

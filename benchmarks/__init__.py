@@ -1,0 +1,1 @@
+"""Benchmark scripts: each prints its figures beside a peer measured in the same run."""

@@ -1,0 +1,131 @@
+"""The contenders: each drains a proposals topic into the output topics, as a process of
+its own, until stopped. `start(name, setup)` starts one."""
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+from benchmarks.quixenv import quix_python
+from processor.children import die_with_parent
+from processor.runtime.process import WorkerProcess
+from processor.topics import TopicNames
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Setup:
+    bootstrap: str
+    prefix: str
+    keyring_path: Path
+    workdir: Path
+    group: str
+    console: Console
+
+    @property
+    def names(self) -> TopicNames:
+        return TopicNames.with_prefix(self.prefix)
+
+
+class Running:
+    """A contender's process: its memory, and a way to stop it."""
+
+    def __init__(self, proc: "subprocess.Popen[bytes]", log: Path, stop: Callable[[], object]):
+        self.proc, self.log, self._stop = proc, log, stop
+
+    def memory_mb(self, field: str = "VmRSS") -> float:
+        """Resident memory now (VmRSS) or at its peak (VmHWM), in MB."""
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+        raise RuntimeError(f"no {field} for pid {self.proc.pid}")
+
+    def check_alive(self) -> None:
+        if self.proc.poll() is not None:
+            tail = self.log.read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"contender exited {self.proc.returncode}:\n{tail}")
+
+    def stop(self) -> None:
+        self._stop()
+
+
+def _worker(runtime: str) -> Callable[[Setup], Running]:
+    def start(setup: Setup) -> Running:
+        log = setup.workdir / f"{runtime}.log"
+        worker = WorkerProcess(
+            bootstrap=setup.bootstrap,
+            topic_prefix=setup.prefix,
+            group_id=setup.group,
+            state_dir=setup.workdir / "state",
+            keyring_file=setup.keyring_path,
+            log_path=log,
+            extra_args=("--runtime", runtime, "--log-level", "warning"),
+        )
+        return Running(worker.proc, log, worker.terminate)
+
+    return start
+
+
+def _peer(module: str, python: Callable[[Console], Path | str]) -> Callable[[Setup], Running]:
+    def start(setup: Setup) -> Running:
+        log = setup.workdir / f"{module}.log"
+        command = [
+            str(python(setup.console)),
+            "-m",
+            f"benchmarks.peers.{module}",
+            "--bootstrap",
+            setup.bootstrap,
+            "--prefix",
+            setup.prefix,
+            "--group",
+            setup.group,
+            "--keyring",
+            str(setup.keyring_path),
+            "--state-dir",
+            str(setup.workdir / "state"),
+        ]
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
+        out = open(log, "wb")  # noqa: SIM115 - the child owns it
+        proc = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=die_with_parent,
+        )
+
+        def stop() -> None:
+            proc.terminate()
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+            out.close()
+
+        return Running(proc, log, stop)
+
+    return start
+
+
+CONTENDERS: dict[str, Callable[[Setup], Running]] = {
+    "ceiling": _peer("ceiling", lambda _console: sys.executable),
+    "native": _worker("native"),
+    "faust": _worker("faust"),
+    "quix": _peer("quix_app", quix_python),
+    "sqlite": _peer("sqlite_seed", lambda _console: sys.executable),
+}
+DESCRIPTIONS = {
+    "ceiling": "confluent-kafka transactional passthrough, no state (the ceiling)",
+    "native": "runstate worker (native, exactly once)",
+    "faust": "runstate worker --runtime faust (at least once, recognisable repeats)",
+    "quix": "Quix Streams app calling decide_record, RocksDB state, exactly once",
+    "sqlite": "seed 003's SQLite state machine (a commit per write), at least once",
+}

@@ -1,0 +1,65 @@
+"""The ceiling: consume -> produce passthrough inside transactions, no state, no rules.
+
+The same client settings and checkpoint cadence as the native worker (a transaction
+per 100 ms or 1,000 records, offsets sent with it), so what separates the two is the
+work the worker does per proposal."""
+
+import time
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from benchmarks.peers.common import peer_args, stop_on_sigterm, topics
+
+INTERVAL_S, MAX_RECORDS = 0.1, 1_000
+
+
+def main() -> None:
+    args = peer_args(__doc__.splitlines()[0])
+    names = topics(args)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": args.bootstrap,
+            "group.id": args.group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    producer = Producer(
+        {
+            "bootstrap.servers": args.bootstrap,
+            "transactional.id": f"{args.group}-ceiling",
+            "linger.ms": 5,
+            "compression.type": "lz4",
+        }
+    )
+    producer.init_transactions(30)
+    consumer.subscribe([names.proposals])
+    stop = stop_on_sigterm()
+    positions: dict[int, int] = {}
+    pending, started = 0, time.monotonic()
+    while not stop.is_set():
+        for msg in consumer.consume(500, 0.05):
+            if msg.error():
+                continue
+            if not positions:
+                producer.begin_transaction()
+                started = time.monotonic()
+            partition = msg.partition() or 0
+            producer.produce(names.transitions, msg.value(), msg.key(), partition=partition)
+            positions[partition] = (msg.offset() or 0) + 1
+            pending += 1
+        if positions and (pending >= MAX_RECORDS or time.monotonic() - started >= INTERVAL_S):
+            offsets = [TopicPartition(names.proposals, p, o) for p, o in positions.items()]
+            producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata())
+            producer.commit_transaction()
+            positions.clear()
+            pending = 0
+        producer.poll(0)
+    if positions:
+        producer.abort_transaction()
+    consumer.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""The benchmark's input: lives of runs of the three seed machines, about 10 % refused.
+
+Each run is walked with the engine itself, so the input stays realistic (the legal next
+event, from a principal allowed to send it, with the reason or fact the machine asks
+for, step records while running) and the refused share is what was asked for: a
+mistake (a principal without authority, an event the state does not allow, a stale
+expected revision) replaces a legal proposal with probability `refused`. Runs are
+interleaved; each run's own order is kept."""
+
+import itertools
+import random
+from collections.abc import Iterator
+from typing import Any
+
+from processor.engine import Commit, Machine
+from processor.intake import signed_headers
+from processor.keyring import Keyring
+from processor.machines import builtin_machines
+from processor.pipeline import decide_record
+from schemas.messages import Proposal, RunSnapshot
+from tests.faults.hostile import RawRecord
+
+T0_MS = 1_800_000_000_000
+
+
+class _Life:
+    """One run being walked: its records so far and its snapshot as the engine left it."""
+
+    def __init__(
+        self, run_id: str, machine: Machine, keyring: Keyring, ids: Iterator[int], seed: int
+    ) -> None:
+        self.run_id, self.machine, self.keyring, self.ids, self.seed = (
+            run_id,
+            machine,
+            keyring,
+            ids,
+            seed,
+        )
+        self.snapshot: RunSnapshot | None = None
+        self.records: list[RawRecord] = []
+
+    def propose(self, event: str, key: str, **fields: Any) -> None:
+        n = next(self.ids)
+        proposal = Proposal(
+            run_id=self.run_id, event=event, proposal_id=f"p-{self.seed}-{n}", **fields
+        )
+        value = proposal.model_dump_json(exclude_none=True).encode()
+        headers = signed_headers(value, key, self.keyring.keys[key].secret)
+        outcome = decide_record(
+            self.run_id.encode(),
+            value,
+            headers,
+            T0_MS + n,
+            keyring=self.keyring,
+            machines={self.machine.name: self.machine},
+            lookup=lambda _id: self.snapshot,
+        )
+        self.records.append(RawRecord(self.run_id.encode(), value, headers))
+        if isinstance(outcome, Commit):
+            self.snapshot = outcome.snapshot
+
+
+def _key_for(machine: Machine, event: str, keyring: Keyring, rng: random.Random) -> str:
+    if event == "create" or event.startswith("step_"):
+        return "runtime"
+    allowed = [
+        k for k, e in keyring.keys.items() if e.authority in machine.events[event].authorities
+    ]
+    return rng.choice(sorted(allowed))
+
+
+def lives(
+    keyring: Keyring, runs: int, proposals: int, seed: int, refused: float = 0.1
+) -> list[RawRecord]:
+    rng = random.Random(seed)
+    machines = builtin_machines()
+    names = sorted(machines)
+    length = max(2, proposals // runs)
+    queues: list[list[RawRecord]] = []
+    ids = itertools.count()
+    for r in range(runs):
+        machine = machines[names[r % len(names)]]
+        run = _Life(f"run-{seed}-{r}", machine, keyring, ids, seed)
+        propose = run.propose
+        propose(
+            "create", "runtime", payload={"machine": machine.name, "options": {"max_retries": 3}}
+        )
+        while len(run.records) < length and run.snapshot is not None:
+            state = run.snapshot.state
+            edges = [e for (src, _), e in machine.edges.items() if src == state]
+            if not edges:
+                break  # terminal
+            if rng.random() < refused:
+                mistake = rng.randrange(3)
+                if mistake == 0:  # a principal without authority
+                    event = rng.choice(edges).event
+                    wrong = [
+                        k
+                        for k, e in keyring.keys.items()
+                        if e.authority not in machine.events[event].authorities
+                    ]
+                    propose(event, rng.choice(sorted(wrong)))
+                elif mistake == 1:  # an event this state does not allow
+                    illegal = sorted(set(machine.events) - {e.event for e in edges})
+                    event = rng.choice(illegal)
+                    propose(event, _key_for(machine, event, keyring, rng))
+                else:  # a stale revision
+                    event = rng.choice(edges).event
+                    propose(
+                        event,
+                        _key_for(machine, event, keyring, rng),
+                        expected_revision=max(0, run.snapshot.revision - 1),
+                    )
+                continue
+            if state in machine.step_states and rng.random() < 0.3:
+                step = f"step-{len(run.records)}"
+                propose(
+                    "step_started",
+                    "runtime",
+                    payload={"step": step, "idempotency_key": f"{run.run_id}:{step}"},
+                )
+                propose("step_succeeded", "runtime", payload={"step": step, "result": {"ok": True}})
+                continue
+            # Edges that end the life wait for its last proposal.
+            ending = [e for e in edges if not any(s == e.target for (s, _) in machine.edges)]
+            going = [e for e in edges if e not in ending]
+            late = len(run.records) >= length - 1
+            pool = (ending if late else going) or edges
+            edge = rng.choice(pool)
+            spec = machine.events[edge.event]
+            fields: dict[str, object] = {"expected_revision": run.snapshot.revision}
+            if edge.reasons:
+                fields["reason"] = rng.choice(sorted(edge.reasons))
+            if spec.records_fact:
+                fields["payload"] = {"fact": rng.choice(["build=green", "build=red"])}
+            propose(edge.event, _key_for(machine, edge.event, keyring, rng), **fields)
+        queues.append(run.records)
+    out: list[RawRecord] = []
+    while queues:
+        queue = rng.choice(queues)
+        out.append(queue.pop(0))
+        if not queue:
+            queues.remove(queue)
+    return out
