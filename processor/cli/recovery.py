@@ -145,7 +145,11 @@ def replay(
                     offsets = {topics.transitions: end}
                     if changelog_end is not None:
                         offsets[topics.changelog] = changelog_end
-                    store.restore(snapshots, [r.value or b"" for r in records], offsets)
+                    history = [
+                        (t.run_id.encode(), r.value or b"")
+                        for (t, _), r in zip(pairs, records, strict=True)
+                    ]
+                    store.restore(snapshots, history, offsets)
                 finally:
                     store.close()
                 for problem in result.problems:

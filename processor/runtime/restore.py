@@ -58,7 +58,7 @@ def restore_partitions(
         remaining = {(tp.topic, tp.partition) for tp in wanted}
         applied = 0
         snapshots: dict[int, list[tuple[bytes, bytes | None]]] = defaultdict(list)
-        transitions: dict[int, list[bytes]] = defaultdict(list)
+        transitions: dict[int, list[tuple[bytes, bytes]]] = defaultdict(list)
         offsets: dict[int, dict[str, int]] = defaultdict(dict)
         pending = 0
         deadline = time.monotonic() + timeout_s
@@ -90,7 +90,7 @@ def restore_partitions(
                 if topic == topics.changelog:
                     snapshots[partition].append((msg.key() or b"", msg.value()))
                 else:
-                    transitions[partition].append(msg.value() or b"{}")
+                    transitions[partition].append((msg.key() or b"", msg.value() or b"{}"))
                 offsets[partition][topic] = offset + 1
                 applied += 1
                 pending += 1

@@ -116,7 +116,7 @@ def test_store_stages_until_flush_and_restores(tmp_path: Path) -> None:
     created = other.create("run_state")
     reopened.restore(
         [(b"r/10", created.snapshot.model_dump_json().encode()), (b"r/1", None)],
-        [created.transition.model_dump_json().encode()],
+        [(b"r/10", created.transition.model_dump_json().encode())],
         {"changelog": 9},
     )
     assert reopened.committed_snapshot("r/1") is None  # tombstone
@@ -125,3 +125,37 @@ def test_store_stages_until_flush_and_restores(tmp_path: Path) -> None:
     assert reopened.history("r/1")[0].run_id == "r/1"  # history is kept, prefix-safe
     assert reopened.offset("changelog") == 9
     reopened.close()
+
+
+def test_restore_builds_the_same_store_as_live_commits(tmp_path: Path) -> None:
+    from tests.unit.driver import Driver
+
+    """Restore decodes only what its indexes need (the latest snapshot's timers, each
+    transition's revision): the store it builds must equal the one live commits built,
+    also when a payload carries a field named `revision`."""
+    run = Driver(run_id="r/2")
+    commits = [
+        run.create("task_lifecycle"),
+        run.commit("start", payload={"revision": 99, "note": '"revision":7'}),
+        run.commit("pause_for_approval"),  # arms the approval deadline
+    ]
+    assert commits[-1].snapshot.timers, "the test needs a run with a timer"
+    live = PartitionStore(tmp_path / "live")
+    for commit in commits:
+        live.stage(commit)
+    live.flush({})
+    restored = PartitionStore(tmp_path / "restored")
+    restored.restore(
+        [(b"r/2", c.snapshot.model_dump_json().encode()) for c in commits],
+        [(b"r/2", c.transition.model_dump_json().encode()) for c in commits],
+        {},
+    )
+    far = 2**62
+    for store in (live, restored):
+        assert store.committed_snapshot("r/2") == commits[-1].snapshot
+        assert [t.revision for t in store.history("r/2")] == [0, 1, 2]
+    assert restored.history("r/2") == live.history("r/2")
+    armed = {t.due_at_ms for t in commits[-1].snapshot.timers}
+    assert restored.due_runs(far) == live.due_runs(far) == ["r/2"] * len(armed)
+    live.close()
+    restored.close()
