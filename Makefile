@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test unit integration bench faults
+.PHONY: install demo test unit integration bench bench-engine faults
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,8 +30,12 @@ unit: install
 integration: install
 	$(BIN)/pytest -m integration
 
-## bench: decisions per second of the engine, against the seed's transition()
+## bench: side-by-side benchmarks on one broker (ceiling, native, Faust, Quix Streams, SQLite); writes BENCHMARKS.md
 bench: install
+	$(BIN)/python -m benchmarks.pipeline
+
+## bench-engine: decisions per second of the engine, against the seed's transition()
+bench-engine: install
 	$(BIN)/python benchmarks/engine.py
 
 ## faults: the fault harness, full size (kills, scaling, zombie, hostile input, broker restart)

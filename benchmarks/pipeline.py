@@ -40,8 +40,8 @@ from tests.integration.harness import Env, make_env
 
 PARTITIONS = 3
 FULL: dict[str, Any] = {
-    "runs": 2_000,
-    "proposals": 20_000,
+    "runs": 5_000,
+    "proposals": 50_000,
     "repeats": 3,
     "loads": "0.2,0.5",
     "latency_seconds": 15.0,
@@ -63,8 +63,8 @@ def parse_args() -> argparse.Namespace:
         description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--contenders", default=",".join(CONTENDERS), help="Comma-separated.")
-    parser.add_argument("--runs", type=int, help="Runs in the throughput input (2,000).")
-    parser.add_argument("--proposals", type=int, help="Throughput input size (20,000).")
+    parser.add_argument("--runs", type=int, help="Runs in the throughput input (5,000).")
+    parser.add_argument("--proposals", type=int, help="Throughput input size (50,000).")
     parser.add_argument("--repeats", type=int, help="Throughput repeats (3).")
     parser.add_argument("--loads", help="Offered loads, fractions of the native rate (0.2,0.5).")
     parser.add_argument("--latency-seconds", type=float, help="Timed feed per load (15).")
