@@ -1,6 +1,7 @@
 """The worker's HTTP API: a run's snapshot, its transition history, health.
 
 GET /health                  worker id, assigned partitions, counters
+GET /metrics                 Prometheus metrics (processor/runtime/metrics.py)
 GET /runs/<run_id>           the run's committed snapshot (404 unknown, 421 not owned here)
 GET /runs/<run_id>/history   the run's transitions, oldest first
 Only committed state is served: what a checkpoint made durable, never staged changes.
@@ -14,6 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote
 
+from prometheus_client import CONTENT_TYPE_LATEST
+
 from processor.partitioning import partition_for
 from processor.runtime.worker import Worker
 
@@ -26,10 +29,10 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.address_string(), *args)
 
-    def _send(self, status: int, body: Any) -> None:
+    def _send(self, status: int, body: Any, content_type: str = "application/json") -> None:
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -38,12 +41,16 @@ class _Handler(BaseHTTPRequestHandler):
         parts = [unquote(p) for p in self.path.split("?", 1)[0].strip("/").split("/")]
         if parts == ["health"]:
             self._health()
+        elif parts == ["metrics"]:
+            self._send(200, self.worker.metrics.render(), CONTENT_TYPE_LATEST)
         elif len(parts) == 2 and parts[0] == "runs":
             self._run(parts[1], history=False)
         elif len(parts) == 3 and parts[0] == "runs" and parts[2] == "history":
             self._run(parts[1], history=True)
         else:
-            self._send(404, {"error": "no such endpoint; try /health, /runs/<run_id>[/history]"})
+            self._send(
+                404, {"error": "no such endpoint; try /health, /metrics, /runs/<run_id>[/history]"}
+            )
 
     def _health(self) -> None:
         worker = self.worker

@@ -11,7 +11,7 @@ is never ahead of Kafka: at worst behind, and restore catches it up.
 import json
 import re
 import struct
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,6 +128,8 @@ class PartitionStore:
         self._staged_json: dict[str, bytes] = {}
         self._staged_history: list[tuple[Transition, bytes]] = []
         self._staged_fired: dict[str, Fired] = {}
+        # Runs per (machine, state), counted on first use and kept up to date by flush.
+        self._counts: Counter[tuple[str, str]] | None = None
         # Decoding JSON dominates lookups; keep recently committed snapshots decoded.
         self._cache: OrderedDict[str, RunSnapshot] = OrderedDict()
 
@@ -160,6 +162,17 @@ class PartitionStore:
     def runs(self) -> Iterable[RunSnapshot]:
         for value in self._scan(_SNAPSHOT):
             yield RunSnapshot.model_validate_json(value)
+
+    def state_counts(self) -> Counter[tuple[str, str]]:
+        """Committed runs per (machine, state). The first call reads every snapshot (the
+        worker makes it when it is assigned the partition); later flushes keep it."""
+        if self._counts is None:
+            counts: Counter[tuple[str, str]] = Counter()
+            for value in self._scan(_SNAPSHOT):
+                data = json.loads(value)
+                counts[(data["machine"], data["state"])] += 1
+            self._counts = counts
+        return self._counts
 
     def fired(self, run_id: str) -> Fired:
         staged = self._staged_fired.get(run_id)
@@ -224,6 +237,15 @@ class PartitionStore:
         if not (self._staged or self._staged_history or self._staged_fired or offsets):
             return
         batch = WriteBatch(raw_mode=True)
+        if self._counts is not None:
+            # A new Counter, not an update in place: HTTP threads may be reading the old.
+            counts = self._counts.copy()
+            for run_id, snapshot in self._staged.items():
+                before = self.committed_snapshot(run_id)
+                if before is not None:
+                    counts[(before.machine, before.state)] -= 1
+                counts[(snapshot.machine, snapshot.state)] += 1
+            self._counts = +counts  # drops the zeros
         for run_id, encoded in self._staged_json.items():
             batch.put(_run_key(run_id), encoded)
         for transition, encoded in self._staged_history:
@@ -251,6 +273,7 @@ class PartitionStore:
         Restore speed is decoding speed, so values are stored as read and only what the
         indexes need is decoded: the latest snapshot's timers, a transition's revision."""
         batch = WriteBatch(raw_mode=True)
+        self._counts = None  # counted again when next asked
         latest: dict[str, bytes | None] = {}
         marks: dict[str, Fired] = {}
         for key, value in snapshots:

@@ -15,7 +15,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +35,7 @@ from processor.engine import Commit, Machine
 from processor.intake import DEFAULT_MAX_PROPOSAL_BYTES, signed_headers
 from processor.keyring import Keyring
 from processor.pipeline import DeadLetterReason, Outcome, decide_record
+from processor.runtime.metrics import WorkerMetrics
 from processor.runtime.outputs import Source, outcome_records
 from processor.runtime.restore import restore_partitions
 from processor.runtime.statedir import StateDir, StateDirBusy
@@ -67,6 +68,7 @@ HUNG_AFTER_S = 5.0
 # send_offsets_to_transaction's own timeout: past the transaction timeout (10 s by
 # default) the coordinator aborts the transaction anyway.
 SEND_OFFSETS_TIMEOUT_S = 10.0
+LAG_INTERVAL_S = 1.0
 
 
 def bounded(what: str, call: Callable[[], object], timeout_s: float) -> None:
@@ -139,6 +141,9 @@ class Worker:
         self._positions: dict[int, int] = {}
         self._delivered: dict[tuple[str, int], int] = {}
         self._delivery_error: KafkaError | None = None
+        self._lag: dict[int, int] = {}
+        self._last_lag = 0.0
+        self.metrics = WorkerMetrics(config.machines, self._runs_by_state, lambda: dict(self._lag))
         try:
             self.state_dir = StateDir(
                 config.state_dir, config.group_id, config.topics.proposals
@@ -300,12 +305,41 @@ class Worker:
         if now - self._last_punctuation >= self.config.timer_interval_ms / 1000:
             self._last_punctuation = now
             self._punctuate(int(time.time() * 1000))
+        if now - self._last_lag >= LAG_INTERVAL_S:
+            self._last_lag = now
+            self._measure_lag()
         if self._txn_open and (
             self._pending >= self.config.commit_max_records
             or time.monotonic() - self._txn_started >= interval
         ):
             self._checkpoint()
         self.producer.poll(0)
+
+    def _measure_lag(self) -> None:
+        """Records behind per owned partition: the end of the partition (as of the
+        latest fetch) minus the next offset to decide."""
+        assert self.consumer is not None
+        owned = [TopicPartition(self.topics.proposals, p) for p in sorted(self.stores)]
+        if not owned:
+            return
+        lag: dict[int, int] = {}
+        for tp in self.consumer.position(owned):
+            low, high = self.consumer.get_watermark_offsets(tp, cached=True)
+            # No position yet: nothing fetched since assignment, all of it is ahead (for
+            # the moment before the first fetch, an overstatement).
+            start = tp.offset if tp.offset >= 0 else low
+            if high >= 0 and start >= 0:
+                lag[tp.partition] = max(0, high - start)
+        self._lag = lag
+
+    def _runs_by_state(self) -> Iterator[tuple[str, str, int]]:
+        """(machine, state, runs) over the owned partitions; every state of every machine,
+        zeros included."""
+        with self.stores_lock:
+            counts = [store.state_counts() for store in self.stores.values()]
+        for name, machine in sorted(self.config.machines.items()):
+            for state in machine.spec.states:
+                yield name, state, sum(c[(name, state)] for c in counts)
 
     def _close(self) -> None:
         if self.consumer is not None:
@@ -334,6 +368,7 @@ class Worker:
             return
         _, timestamp = msg.timestamp()
         outcome: Outcome
+        began = time.perf_counter()
         try:
             outcome = decide_record(
                 msg.key(),
@@ -348,7 +383,14 @@ class Worker:
         except Exception as exc:  # a bug must not turn one record into a stalled partition
             log.exception("deciding %s[%s]@%s failed", msg.topic(), partition, msg.offset())
             outcome = DeadLetterReason(f"internal error while deciding: {exc!r}")
+        self.metrics.decision.observe(time.perf_counter() - began)
         self._begin()
+        run_id = (
+            outcome.snapshot.run_id
+            if isinstance(outcome, Commit)
+            else getattr(outcome, "run_id", None)
+        )
+        self.metrics.stage(store.snapshot(run_id) if run_id else None, outcome)
         source = Source(
             msg.topic() or "", partition, msg.offset() or 0, msg.key(), msg.value(), timestamp
         )
@@ -486,6 +528,7 @@ class Worker:
     def _checkpoint(self) -> None:
         if not self._txn_open:
             return
+        began = time.perf_counter()
         assert self.producer is not None and self.consumer is not None
         try:
             if self.producer.flush(30) > 0:
@@ -518,6 +561,7 @@ class Worker:
                 if (topic, partition) in self._delivered
             }
             store.flush(offsets_now)
+        self.metrics.committed(time.perf_counter() - began, self._pending)
         self.stats.checkpoints += 1
         self._reset_batch()
 
@@ -550,6 +594,7 @@ class Worker:
             store.discard_staged()
         self._rewind(list(self.stores))
         self._reset_batch()
+        self.metrics.aborted()
         self.stats.aborts += 1
 
     def _reset_batch(self) -> None:
@@ -577,7 +622,15 @@ class Worker:
         if not assigned:
             return
         new = {p: PartitionStore(self.state_dir.partition(p)) for p in assigned}
-        self.stats.restored_records += restore_partitions(self.config.kafka, self.topics, new)
+        self.metrics.restoring.set(1)
+        try:
+            restored = restore_partitions(self.config.kafka, self.topics, new)
+            for store in new.values():
+                store.state_counts()  # counted here, not in the first scrape
+        finally:
+            self.metrics.restoring.set(0)
+        self.metrics.restored.inc(restored)
+        self.stats.restored_records += restored
         with self.stores_lock:
             self.stores.update(new)
         log.info("assigned partitions %s (now %s)", assigned, sorted(self.stores))
@@ -600,6 +653,7 @@ class Worker:
                 if store is not None:
                     store.close()
                 self._positions.pop(p, None)
+                self._lag.pop(p, None)
         if partitions:
             log.info("released partitions %s (now %s)", sorted(partitions), sorted(self.stores))
 

@@ -1,0 +1,185 @@
+"""The worker's Prometheus metrics (GET /metrics): what it committed, refused and
+dead-lettered, how long runs stay in their states, how long decisions and checkpoints
+take, what it restored, and how many runs wait in each state.
+
+Outcome metrics move when the transaction carrying the outcomes commits: an aborted
+batch is decided again, and counting it twice would make the counters lie. Runs per
+state are read from the partitions the worker owns when scraped, so a worker that owns
+none reports none."""
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from processor.engine import Commit, Machine
+from processor.pipeline import DeadLetterReason, Outcome
+from schemas.codes import RejectionCode
+from schemas.messages import Rejection, RunSnapshot
+
+# Seed 003 §7: a run recovers when it leaves one of these for running again.
+RECOVERABLE = frozenset({"paused", "blocked", "retrying", "waiting", "waiting_approval"})
+_STATE_SECONDS = (0.1, 1, 5, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
+_FAST_SECONDS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.1, 0.5, 1)
+_CHECKPOINT_SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+_CHECKPOINT_RECORDS = (1, 10, 50, 100, 250, 500, 1000, 2500, 5000)
+
+
+@dataclass
+class _Batch:
+    """Observations of the open transaction, applied when it commits."""
+
+    transitions: list[tuple[RunSnapshot | None, Commit]] = field(default_factory=list)
+    rejections: list[tuple[str, Rejection]] = field(default_factory=list)
+    dead_letters: int = 0
+
+
+class WorkerMetrics:
+    def __init__(
+        self,
+        machines: Mapping[str, Machine],
+        runs_by_state: Callable[[], Iterable[tuple[str, str, int]]],
+        lag: Callable[[], dict[int, int]],
+    ) -> None:
+        """`runs_by_state` yields (machine, state, runs) over the owned partitions and
+        `lag` gives records behind per owned partition, both read at scrape time."""
+        self.machines = machines
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.transitions = Counter(
+            "runstate_transitions",
+            "Committed transitions.",
+            ["machine", "from_state", "to_state", "event"],
+            registry=r,
+        )
+        self.rejections = Counter(
+            "runstate_rejections", "Refused proposals.", ["machine", "event", "code"], registry=r
+        )
+        self.invalid_transitions = Counter(
+            "runstate_invalid_transition_attempts",
+            "Proposals of an event the run's state does not allow.",
+            ["machine", "state", "event"],
+            registry=r,
+        )
+        self.retries = Counter(
+            "runstate_retries", "Transitions into a retry state.", ["machine"], registry=r
+        )
+        self.dead_letters = Counter("runstate_dead_letters", "Records sent to the DLQ.", registry=r)
+        self.time_in_state = Histogram(
+            "runstate_time_in_state_seconds",
+            "Time a run spent in a state, observed when it leaves it.",
+            ["machine", "state"],
+            buckets=_STATE_SECONDS,
+            registry=r,
+        )
+        self.recovery = Histogram(
+            "runstate_recovery_seconds",
+            "Time from entering paused, blocked, retrying or waiting to running again.",
+            ["machine", "state"],
+            buckets=_STATE_SECONDS,
+            registry=r,
+        )
+        self.decision = Histogram(
+            "runstate_decision_seconds",
+            "Time to decode, authenticate and decide one proposal.",
+            buckets=_FAST_SECONDS,
+            registry=r,
+        )
+        self.checkpoint = Histogram(
+            "runstate_checkpoint_seconds",
+            "Time to commit a transaction and flush the stores.",
+            buckets=_CHECKPOINT_SECONDS,
+            registry=r,
+        )
+        self.checkpoint_records = Histogram(
+            "runstate_checkpoint_records",
+            "Proposals and timer firings per committed transaction.",
+            buckets=_CHECKPOINT_RECORDS,
+            registry=r,
+        )
+        self.aborts = Counter("runstate_aborts", "Aborted transactions.", registry=r)
+        self.restored = Counter(
+            "runstate_restored_records", "Changelog and transition records restored.", registry=r
+        )
+        self.restoring = Gauge(
+            "runstate_restore_in_progress", "1 while partitions are being restored.", registry=r
+        )
+        r.register(_Scraped(runs_by_state, lag))
+        self._batch = _Batch()
+
+    # -- the open transaction ---------------------------------------------------
+    def stage(self, previous: RunSnapshot | None, outcome: Outcome) -> None:
+        """An outcome of the open transaction; `previous` is the run before it."""
+        if isinstance(outcome, Commit):
+            self._batch.transitions.append((previous, outcome))
+        elif isinstance(outcome, DeadLetterReason):
+            self._batch.dead_letters += 1
+        else:
+            machine = previous.machine if previous is not None else ""
+            self._batch.rejections.append((machine, outcome))
+
+    def committed(self, seconds: float, records: int) -> None:
+        """The open transaction committed: its outcomes count now."""
+        batch, self._batch = self._batch, _Batch()
+        for previous, commit in batch.transitions:
+            t = commit.transition
+            from_state = t.from_state or ""
+            self.transitions.labels(t.machine, from_state, t.to_state, t.event).inc()
+            retry_states = (
+                self.machines[t.machine].retry_states if t.machine in self.machines else ()
+            )
+            if t.to_state in retry_states and from_state not in retry_states:
+                self.retries.labels(t.machine).inc()
+            if previous is not None and previous.state != t.to_state:
+                spent = max(0.0, (t.at_ms - previous.entered_state_at_ms) / 1000)
+                self.time_in_state.labels(t.machine, previous.state).observe(spent)
+                if previous.state in RECOVERABLE and t.to_state == "running":
+                    self.recovery.labels(t.machine, previous.state).observe(spent)
+        for machine, rejection in batch.rejections:
+            event = rejection.event or ""
+            self.rejections.labels(machine, event, rejection.code.value).inc()
+            if rejection.code is RejectionCode.INVALID_TRANSITION:
+                state = rejection.state or ""
+                self.invalid_transitions.labels(machine, state, event).inc()
+        if batch.dead_letters:
+            self.dead_letters.inc(batch.dead_letters)
+        self.checkpoint.observe(seconds)
+        self.checkpoint_records.observe(records)
+
+    def aborted(self) -> None:
+        self._batch = _Batch()
+        self.aborts.inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _Scraped(Collector):
+    """Gauges read from the owned partitions when scraped (zeros when none are owned)."""
+
+    def __init__(
+        self,
+        runs_by_state: Callable[[], Iterable[tuple[str, str, int]]],
+        lag: Callable[[], dict[int, int]],
+    ) -> None:
+        self.runs_by_state, self.lag = runs_by_state, lag
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        runs = GaugeMetricFamily(
+            "runstate_runs",
+            "Runs in each state, in the partitions this worker owns.",
+            labels=["machine", "state"],
+        )
+        for machine, state, count in self.runs_by_state():
+            runs.add_metric([machine, state], count)
+        yield runs
+        lag = GaugeMetricFamily(
+            "runstate_consumer_lag",
+            "Proposals not yet decided, per owned partition.",
+            labels=["partition"],
+        )
+        for partition, behind in sorted(self.lag().items()):
+            lag.add_metric([str(partition)], behind)
+        yield lag

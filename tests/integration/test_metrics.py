@@ -1,0 +1,128 @@
+"""GET /metrics after a known scenario shows exactly what was committed and refused."""
+
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from processor.topics import TopicNames
+from schemas.messages import Rejection, Transition
+from tests.integration.harness import Env, WorkerProcess, make_env
+
+M = "task_lifecycle"
+SLOW = {
+    "approval_timeout_ms": 600_000,
+    "heartbeat_timeout_ms": 600_000,
+    "retry_backoff_ms": 600_000,
+}
+
+
+@pytest.fixture
+def env(kafka_bootstrap: str, topic_names: TopicNames, tmp_path: Path) -> Env:
+    return make_env(kafka_bootstrap, topic_names, tmp_path)
+
+
+def scrape(worker: WorkerProcess) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    with urllib.request.urlopen(worker.url + "/metrics", timeout=5) as response:
+        assert response.headers["Content-Type"].startswith("text/plain")
+        text = response.read().decode()
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_metrics_count_exactly_what_a_known_scenario_did(env: Env) -> None:
+    worker = WorkerProcess(env, env.tmp / "w1")
+    runtime, approver = env.client(), env.client("approver")
+    try:
+        worker.wait_ready(partitions=3)
+        for run_id in ("m1", "m2"):
+            assert isinstance(
+                runtime.create_and_wait(run_id, M, max_retries=2, deadlines=SLOW), Transition
+            )
+            assert isinstance(runtime.propose_and_wait(run_id, "start"), Transition)
+        # m1: fails once, retries, then fails for good; a late start is refused
+        for event in ("transient_error", "retry", "fatal_error"):
+            assert isinstance(runtime.propose_and_wait("m1", event), Transition)
+        refused = runtime.propose_and_wait("m1", "start")
+        assert isinstance(refused, Rejection) and refused.code.value == "terminal_state"
+        # m2: waits for approval and gets it; a second approval is an invalid transition
+        assert isinstance(runtime.propose_and_wait("m2", "pause_for_approval"), Transition)
+        assert isinstance(approver.propose_and_wait("m2", "approval_granted"), Transition)
+        refused = approver.propose_and_wait("m2", "approval_granted")
+        assert isinstance(refused, Rejection) and refused.code.value == "invalid_transition"
+        # and one record that is not a proposal at all
+        runtime.send_raw(b"m3", b"not json")
+        runtime.flush()
+        got: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
+        for _ in range(50):  # the DLQ record's checkpoint may trail the last answer
+            got = scrape(worker)
+            if got.get(("runstate_dead_letters_total", frozenset())) == 1:
+                break
+            time.sleep(0.2)
+    finally:
+        runtime.close()
+        approver.close()
+        assert worker.terminate() == 0, worker.log()
+
+    def sample(name: str, **labels: str) -> float | None:
+        return got.get((name, frozenset(labels.items())))
+
+    transitions = {
+        key: value for key, value in got.items() if key[0] == "runstate_transitions_total"
+    }
+    expected = {
+        ("", "planned", "create"): 2,
+        ("planned", "running", "start"): 2,
+        ("running", "retrying", "transient_error"): 1,
+        ("retrying", "running", "retry"): 1,
+        ("running", "failed", "fatal_error"): 1,
+        ("running", "paused", "pause_for_approval"): 1,
+        ("paused", "running", "approval_granted"): 1,
+    }
+    assert transitions == {
+        (
+            "runstate_transitions_total",
+            frozenset({"machine": M, "from_state": f, "to_state": t, "event": e}.items()),
+        ): n
+        for (f, t, e), n in expected.items()
+    }
+    assert sample("runstate_rejections_total", machine=M, event="start", code="terminal_state") == 1
+    assert (
+        sample(
+            "runstate_rejections_total",
+            machine=M,
+            event="approval_granted",
+            code="invalid_transition",
+        )
+        == 1
+    )
+    assert (
+        sample(
+            "runstate_invalid_transition_attempts_total",
+            machine=M,
+            state="running",
+            event="approval_granted",
+        )
+        == 1
+    )
+    assert sample("runstate_dead_letters_total") == 1
+    assert sample("runstate_retries_total", machine=M) == 1
+    assert sample("runstate_recovery_seconds_count", machine=M, state="retrying") == 1
+    assert sample("runstate_recovery_seconds_count", machine=M, state="paused") == 1
+    assert (
+        sample("runstate_time_in_state_seconds_count", machine=M, state="running") == 3
+    )  # m1 twice, m2 once
+    assert sample("runstate_runs", machine=M, state="failed") == 1
+    assert sample("runstate_runs", machine=M, state="running") == 1
+    assert sample("runstate_runs", machine=M, state="planned") == 0
+    assert sample("runstate_runs", machine="run_state", state="pending") == 0
+    assert sample("runstate_decision_seconds_count") == 12  # 11 proposals and the DLQ record
+    assert sample("runstate_aborts_total") == 0
+    assert sample("runstate_restore_in_progress") == 0
+    for partition in range(3):
+        assert sample("runstate_consumer_lag", partition=str(partition)) == 0
