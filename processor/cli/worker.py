@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import click
-from rich.logging import RichHandler
 
 from processor.cli.options import (
     group_id_option,
@@ -20,18 +19,11 @@ from processor.cli.options import (
 from processor.config import KafkaSettings
 from processor.engine.parse import MachineFileError
 from processor.keyring import KeyringError, load_keyring
+from processor.logs import FORMATS, setup_logging
 from processor.machines import load_catalog
 from processor.runtime.http import serve
 from processor.runtime.worker import ClientBroken, Worker, WorkerConfig, WorkerError
 from processor.topics import TopicNames
-
-
-def setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(),
-        format="%(name)s: %(message)s",
-        handlers=[RichHandler(show_path=False, rich_tracebacks=True)],
-    )
 
 
 @click.command()
@@ -101,7 +93,22 @@ def setup_logging(level: str) -> None:
     "worker pauses while partitions move). Dynamic: cooperative rebalances; a stopped "
     "worker hands over at once, a crashed one after the session timeout.",
 )
-@option("--log-level", env="LOG_LEVEL", default="info", help="debug, info, warning, error.")
+@option(
+    "--log-level",
+    env="LOG_LEVEL",
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    default="info",
+    help="info: a line per committed transition; warning: per rejection; error: state "
+    "that could not be persisted; debug: internals.",
+)
+@option(
+    "--log-format",
+    env="LOG_FORMAT",
+    type=click.Choice(FORMATS),
+    default="text",
+    help="text: readable lines; json: one JSON object per line (fields: time, level, "
+    "logger, message, and the record's run_id, event, code...).",
+)
 def worker(
     runtime: str,
     bootstrap_servers: str | None,
@@ -121,6 +128,7 @@ def worker(
     timer_key_id: str | None,
     static_membership: bool,
     log_level: str,
+    log_format: str,
 ) -> None:
     """Run a worker: decide proposals, publish transitions and rejections exactly once.
 
@@ -128,7 +136,7 @@ def worker(
     share the partitions. SIGTERM or Ctrl-C commits what is in flight and leaves.
     """
     if runtime == "native":
-        setup_logging(log_level)
+        setup_logging(log_level, log_format)
     try:
         settings = KafkaSettings.resolve(bootstrap_servers, kafka_settings)
         keyring = load_keyring(keyring_file, os.environ.get("RUNSTATE_KEYRING"))

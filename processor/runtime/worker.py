@@ -41,9 +41,10 @@ from processor.runtime.restore import restore_partitions
 from processor.runtime.statedir import StateDir, StateDirBusy
 from processor.runtime.store import FIRED_CHANGELOG_PREFIX, PartitionStore
 from processor.topics import TopicNames, describe_topics, plan_topics
-from schemas.messages import Alert, Proposal, RunSnapshot, Timer
+from schemas.messages import Alert, Proposal, Rejection, RunSnapshot, Timer
 
 log = logging.getLogger("runstate.worker")
+outcomes_log = logging.getLogger("runstate.outcomes")
 
 
 class WorkerError(RuntimeError):
@@ -143,6 +144,8 @@ class Worker:
         self._delivery_error: KafkaError | None = None
         self._lag: dict[int, int] = {}
         self._last_lag = 0.0
+        # Outcomes of the open transaction, logged once it commits (seed 003's levels).
+        self._to_log: list[Commit | Rejection | DeadLetterReason] = []
         self.metrics = WorkerMetrics(config.machines, self._runs_by_state, lambda: dict(self._lag))
         try:
             self.state_dir = StateDir(
@@ -391,6 +394,8 @@ class Worker:
             else getattr(outcome, "run_id", None)
         )
         self.metrics.stage(store.snapshot(run_id) if run_id else None, outcome)
+        if outcomes_log.isEnabledFor(logging.WARNING):
+            self._to_log.append(outcome)
         source = Source(
             msg.topic() or "", partition, msg.offset() or 0, msg.key(), msg.value(), timestamp
         )
@@ -562,6 +567,7 @@ class Worker:
             }
             store.flush(offsets_now)
         self.metrics.committed(time.perf_counter() - began, self._pending)
+        self._log_outcomes()
         self.stats.checkpoints += 1
         self._reset_batch()
 
@@ -578,9 +584,55 @@ class Worker:
                     continue
                 raise
 
+    def _log_outcomes(self) -> None:
+        """INFO per committed transition, WARN per rejection and DLQ record."""
+        logged, self._to_log = self._to_log, []
+        for outcome in logged:
+            if isinstance(outcome, Commit):
+                t = outcome.transition
+                outcomes_log.info(
+                    "%s: %s -> %s on %s by %s",
+                    t.run_id,
+                    t.from_state,
+                    t.to_state,
+                    t.event,
+                    t.principal.source,
+                    extra={
+                        "run_id": t.run_id,
+                        "machine": t.machine,
+                        "revision": t.revision,
+                        "from_state": t.from_state,
+                        "to_state": t.to_state,
+                        "event": t.event,
+                        "proposal_id": t.proposal_id,
+                        "principal": t.principal.source,
+                    },
+                )
+            elif isinstance(outcome, Rejection):
+                outcomes_log.warning(
+                    "%s: %s refused (%s): %s",
+                    outcome.run_id,
+                    outcome.event,
+                    outcome.code.value,
+                    outcome.detail,
+                    extra={
+                        "run_id": outcome.run_id,
+                        "event": outcome.event,
+                        "state": outcome.state,
+                        "code": outcome.code.value,
+                        "proposal_id": outcome.proposal_id,
+                    },
+                )
+            else:
+                outcomes_log.warning(
+                    "record sent to the DLQ: %s", outcome.reason, extra={"reason": outcome.reason}
+                )
+
     def _abort(self, why: str) -> None:
         """Drop the open transaction and everything staged; rewind to committed offsets."""
-        log.warning("aborting transaction: %s", why)
+        # Seed 003: ERROR when state cannot be persisted; nothing of the batch applies.
+        log.error("state not persisted, transaction aborted (%s); deciding again", why)
+        self._to_log.clear()
         assert self.producer is not None
         producer = self.producer
         try:

@@ -1,5 +1,6 @@
-"""GET /metrics after a known scenario shows exactly what was committed and refused."""
+"""What operators see: GET /metrics after a known scenario, and the JSON logs."""
 
+import json
 import time
 import urllib.request
 from pathlib import Path
@@ -126,3 +127,31 @@ def test_metrics_count_exactly_what_a_known_scenario_did(env: Env) -> None:
     assert sample("runstate_restore_in_progress") == 0
     for partition in range(3):
         assert sample("runstate_consumer_lag", partition=str(partition)) == 0
+
+
+def test_json_logs_at_seed_levels(env: Env) -> None:
+    """--log-format json: INFO per committed transition, WARNING per rejection, each a
+    JSON object with the fields a log pipeline indexes."""
+    worker = WorkerProcess(env, env.tmp / "w1", "--log-format", "json", "--log-level", "info")
+    client = env.client()
+    try:
+        worker.wait_ready(partitions=3)
+        assert isinstance(client.create_and_wait("j1", M, deadlines=SLOW), Transition)
+        refused = client.propose_and_wait("j1", "complete")
+        assert isinstance(refused, Rejection)
+        time.sleep(0.5)  # the log line follows the commit
+    finally:
+        client.close()
+        assert worker.terminate() == 0, worker.log()
+    lines = [
+        json.loads(line)
+        for line in worker.log_path.read_text().splitlines()
+        if line.startswith("{")
+    ]
+    assert lines and all({"time", "level", "logger", "message"} <= set(line) for line in lines)
+    outcomes = [line for line in lines if line["logger"] == "runstate.outcomes"]
+    assert [(o["level"], o.get("to_state"), o.get("code")) for o in outcomes] == [
+        ("INFO", "planned", None),
+        ("WARNING", None, refused.code.value),
+    ]
+    assert outcomes[0]["run_id"] == outcomes[1]["run_id"] == "j1"
