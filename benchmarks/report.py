@@ -3,6 +3,7 @@
 import os
 import platform
 import statistics
+import subprocess
 from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any
 
 import confluent_kafka
 
-from benchmarks.contenders import DESCRIPTIONS
+from benchmarks.contenders import DESCRIPTIONS, ROOT
 from benchmarks.quixenv import QUIX
 from processor.broker.launcher import KAFKA_VERSION
 
@@ -33,8 +34,12 @@ def machine() -> dict[str, Any]:
         for line in Path("/proc/meminfo").read_text().splitlines()
         if line.startswith("MemTotal")
     )
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
     return {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "commit": commit or "unknown",
         "cpu": cpu,
         "cores": os.cpu_count(),
         "memory_gb": round(mem_kb / 1024 / 1024, 1),
@@ -62,7 +67,8 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [
         "# Benchmarks",
         "",
-        f"Produced by `{results['command']}` on {m['date']}. Every figure is min / "
+        f"Produced by `{results['command']}` at commit {m.get('commit', 'unknown')} on "
+        f"{m['date']}. Every figure is min / "
         "**median** / max over the repeats; ratios are native ÷ the contender (medians), "
         "all measured in the same run on the same broker.",
         "",
