@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test unit integration bench bench-engine faults
+.PHONY: install tools demo test unit integration bench bench-engine faults
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,16 +14,28 @@ $(STAMP): pyproject.toml
 ## install: a virtualenv in .venv with runstate and its dev tools
 install: $(STAMP)
 
+## tools: promtool, which the alert-rule tests run (Debian's prometheus package)
+tools:
+	@command -v promtool >/dev/null || { \
+	  if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	    echo "installing promtool (Debian's prometheus package)"; \
+	    apt-get update -qq >/dev/null; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+	  else \
+	    echo "promtool is missing: install Debian's prometheus package (sudo apt-get install prometheus) or put Prometheus' promtool on PATH, then rerun" >&2; \
+	    exit 1; \
+	  fi; }
+
 ## demo: the main job end to end on a real broker it starts itself (runstate demo)
 demo: install
 	$(BIN)/runstate demo
 
 ## test: the whole suite (lint, types, unit, integration on a real broker) + engine coverage
-test: install
+test: install tools
 	$(BIN)/pytest --cov=processor.engine --cov-branch --cov-report=term-missing:skip-covered --cov-fail-under=95
 
 ## unit: pure tests only, no broker, seconds
-unit: install
+unit: install tools
 	$(BIN)/pytest -m unit
 
 ## integration: tests on a real broker only

@@ -34,6 +34,7 @@ class _Batch:
     transitions: list[tuple[RunSnapshot | None, Commit]] = field(default_factory=list)
     rejections: list[tuple[str, Rejection]] = field(default_factory=list)
     dead_letters: int = 0
+    alerts: list[tuple[str, str]] = field(default_factory=list)  # (machine, rule)
 
 
 class WorkerMetrics:
@@ -99,6 +100,12 @@ class WorkerMetrics:
             buckets=_CHECKPOINT_RECORDS,
             registry=r,
         )
+        self.alerts = Counter(
+            "runstate_alerts",
+            "Alert records raised (seed 003 §7 rules armed as timers).",
+            ["machine", "rule"],
+            registry=r,
+        )
         self.aborts = Counter("runstate_aborts", "Aborted transactions.", registry=r)
         self.restored = Counter(
             "runstate_restored_records", "Changelog and transition records restored.", registry=r
@@ -119,6 +126,9 @@ class WorkerMetrics:
         else:
             machine = previous.machine if previous is not None else ""
             self._batch.rejections.append((machine, outcome))
+
+    def stage_alert(self, machine: str, rule: str) -> None:
+        self._batch.alerts.append((machine, rule))
 
     def committed(self, seconds: float, records: int) -> None:
         """The open transaction committed: its outcomes count now."""
@@ -145,6 +155,8 @@ class WorkerMetrics:
                 self.invalid_transitions.labels(machine, state, event).inc()
         if batch.dead_letters:
             self.dead_letters.inc(batch.dead_letters)
+        for machine, rule in batch.alerts:
+            self.alerts.labels(machine, rule).inc()
         self.checkpoint.observe(seconds)
         self.checkpoint_records.observe(records)
 

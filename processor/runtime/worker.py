@@ -498,6 +498,7 @@ class Worker:
             self.topics.alerts, snapshot.run_id.encode(), alert.model_dump_json(), partition
         )
         self.stats.alerts_raised += 1
+        self.metrics.stage_alert(snapshot.machine, timer.name)
         log.warning("alert %s: run %s in %s", timer.name, snapshot.run_id, snapshot.state)
 
     def _produce(
