@@ -7,7 +7,7 @@ from processor.cli.demo import demo
 from processor.cli.keys import keys
 from processor.cli.machines import machines
 from processor.cli.recovery import replay, verify
-from processor.cli.runs import create, get, history, propose, tail
+from processor.cli.runs import create, get, history, propose, stats, tail
 from processor.cli.topics import topics
 from processor.cli.worker import worker
 
@@ -38,6 +38,7 @@ for command in (
     propose,
     get,
     history,
+    stats,
     tail,
     replay,
     verify,

@@ -1,14 +1,17 @@
-"""`runstate create|propose|get|history|tail`: work with runs from a shell."""
+"""`runstate create|propose|get|history|stats|tail`: work with runs from a shell."""
 
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import click
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from rich.console import Console
+from rich.table import Table
 
 from processor.cli.options import (
     kafka_options,
@@ -331,3 +334,47 @@ def tail(
         pass
     finally:
         consumer.close()
+
+
+@click.command()
+@worker_url_option
+@option("--state", env="STATE", default=None, help="List the runs in this state instead.")
+@option("--machine", env="MACHINE", default=None, help="With --state: only this machine's.")
+@option("--limit", env="LIMIT", type=click.IntRange(1, 1000), default=20, help="With --state.")
+def stats(worker_urls: tuple[str, ...], state: str | None, machine: str | None, limit: int) -> None:
+    """How many runs are in each state across the cluster, and how long the oldest has
+    waited there (any worker answers for all); with --state, those runs, longest first."""
+    reader = _reader(worker_urls)
+    now_ms = int(time.time() * 1000)
+    try:
+        data = reader.stats() if state is None else reader.runs_in_state(state, machine, limit)
+    except (LookupError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    console = Console()
+    if state is None:
+        table = Table("machine", "state", "runs", "longest in state")
+        for row in data["states"]:
+            oldest = row["oldest_entered_ms"]
+            longest = "" if oldest is None else _duration(now_ms - oldest)
+            table.add_row(row["machine"], row["state"], f"{row['runs']:,}", longest)
+    else:
+        table = Table("run", "machine", "state", "in state for")
+        for run in data["runs"]:
+            table.add_row(
+                run["run_id"], run["machine"], run["state"], _duration(run["time_in_state_ms"])
+            )
+    console.print(table)
+    if data.get("next"):
+        console.print(f"more: --state {state} (next page: after={data['next']})")
+    if data["missing_partitions"]:
+        console.print(
+            f"[red]partitions {data['missing_partitions']} did not answer[/] (their workers are "
+            "down or rebalancing): these figures leave them out"
+        )
+
+
+def _duration(ms: int) -> str:
+    seconds = max(0, ms) // 1000
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m{seconds:02d}s" if hours else f"{minutes}m{seconds:02d}s"

@@ -3,6 +3,7 @@
 import logging
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 
@@ -48,6 +49,13 @@ from processor.topics import TopicNames
 @machine_path_option
 @option("--http-host", env="HTTP_HOST", default="127.0.0.1", help="HTTP API bind address.")
 @option("--http-port", env="HTTP_PORT", type=int, default=8080, help="HTTP API port (0: free).")
+@option(
+    "--advertised-url",
+    env="ADVERTISED_URL",
+    default=None,
+    help="The URL other workers reach this one's HTTP API at, for queries across the "
+    "cluster (default: http://<http-host, or this host's name for 0.0.0.0>:<port>).",
+)
 @option(
     "--commit-interval-ms",
     env="COMMIT_INTERVAL_MS",
@@ -121,6 +129,7 @@ def worker(
     machine_paths: tuple[Path, ...],
     http_host: str,
     http_port: int,
+    advertised_url: str | None,
     commit_interval_ms: int,
     commit_max_records: int,
     max_proposal_bytes: int,
@@ -162,12 +171,17 @@ def worker(
             run_faust_worker(config, http_port, log_level)
             return
         running = Worker(config)
+        # The API first: its port goes into the consumer's client.id (cluster queries).
+        server = serve(running, http_host, http_port)
+        host, port = str(server.server_address[0]), int(server.server_address[1])
+        shown = socket.gethostname() if host in ("0.0.0.0", "::") else host
+        running.advertised_url = advertised_url or f"http://{shown}:{port}"
         running.start()
     except (ValueError, KeyringError, MachineFileError, WorkerError) as exc:
         raise click.ClickException(str(exc)) from exc
-    server = serve(running, http_host, http_port)
-    host, port = server.server_address[:2]
-    logging.getLogger("runstate.worker").info("HTTP API on http://%s:%s", host, port)
+    logging.getLogger("runstate.worker").info(
+        "HTTP API on http://%s:%s (advertised as %s)", host, port, running.advertised_url
+    )
     signal.signal(signal.SIGTERM, lambda *_: running.stop())
     signal.signal(signal.SIGINT, lambda *_: running.stop())
     try:

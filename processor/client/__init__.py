@@ -159,6 +159,24 @@ class RunReader:
         data = self._get(f"/runs/{urllib.parse.quote(run_id, safe='')}/history") or []
         return [Transition.model_validate_json(json.dumps(t)) for t in data]
 
+    def runs_in_state(
+        self, state: str, machine: str | None = None, limit: int = 100, after: str | None = None
+    ) -> dict[str, Any]:
+        """One page of runs in `state` across the cluster, longest there first:
+        {"runs": [...], "next": cursor or None, "missing_partitions": [...]}."""
+        params = {"state": state, "limit": str(limit)}
+        if machine is not None:
+            params["machine"] = machine
+        if after is not None:
+            params["after"] = after
+        result: dict[str, Any] = self._get("/runs?" + urllib.parse.urlencode(params))
+        return result
+
+    def stats(self) -> dict[str, Any]:
+        """Runs per machine and state across the cluster, with the oldest entry in each."""
+        result: dict[str, Any] = self._get("/stats")
+        return result
+
 
 class RunstateClient:
     def __init__(

@@ -2,6 +2,12 @@
 
 GET /health                  worker id, assigned partitions, counters
 GET /metrics                 Prometheus metrics (processor/runtime/metrics.py)
+GET /runs?state=S[&machine=M][&limit=N][&after=CURSOR]
+                             runs in a state across the cluster, longest there first
+                             (local=1: this worker's partitions only)
+GET /stats                   runs per machine and state across the cluster, and the
+                             oldest entry in each (local=1: this worker's only)
+GET /inspect?run=<run_id>    the run inspector page (HTML); redirects to the owner
 GET /runs/<run_id>           the run's committed snapshot (404 unknown, 421 not owned here)
 GET /runs/<run_id>/history   the run's transitions, oldest first
 Only committed state is served: what a checkpoint made durable, never staged changes.
@@ -10,14 +16,16 @@ Only committed state is served: what a checkpoint made durable, never staged cha
 import json
 import logging
 import threading
+import time
 from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import parse_qs, quote, unquote
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from processor.partitioning import partition_for
+from processor.runtime import cluster, inspector
 from processor.runtime.worker import Worker
 
 log = logging.getLogger("runstate.http")
@@ -38,8 +46,16 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self) -> None:
-        parts = [unquote(p) for p in self.path.split("?", 1)[0].strip("/").split("/")]
-        if parts == ["health"]:
+        path, _, query = self.path.partition("?")
+        parts = [unquote(p) for p in path.strip("/").split("/")]
+        params = {k: v[-1] for k, v in parse_qs(query).items()}
+        if parts == ["runs"]:
+            self._runs_in_state(params)
+        elif parts == ["stats"]:
+            self._stats(params)
+        elif parts == ["inspect"] or parts == [""]:
+            self._inspect(params.get("run", "").strip())
+        elif parts == ["health"]:
             self._health()
         elif parts == ["metrics"]:
             self._send(200, self.worker.metrics.render(), CONTENT_TYPE_LATEST)
@@ -49,7 +65,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._run(parts[1], history=True)
         else:
             self._send(
-                404, {"error": "no such endpoint; try /health, /metrics, /runs/<run_id>[/history]"}
+                404,
+                {
+                    "error": "no such endpoint; try /health, /metrics, /stats, "
+                    "/runs?state=..., /runs/<run_id>[/history]"
+                },
             )
 
     def _health(self) -> None:
@@ -66,6 +86,101 @@ class _Handler(BaseHTTPRequestHandler):
                 "stats": asdict(worker.stats),
             },
         )
+
+    def _cluster(
+        self, path: str, params: dict[str, str], local: Any
+    ) -> tuple[list[Any], list[int]]:
+        """This worker's answer and, unless local=1, every other worker's; with the
+        partitions whose owners did not answer."""
+        worker = self.worker
+        pages, covered = [local], set(worker.owned())
+        if params.get("local") != "1":
+            for peer in worker.peers():
+                if peer.url == worker.advertised_url:
+                    continue
+                try:
+                    answer = cluster.ask(peer.url, path, params)
+                except (OSError, ValueError) as exc:
+                    log.warning("%s did not answer %s: %s", peer.url, path, exc)
+                    continue
+                pages.append(answer["items"])
+                covered |= set(answer["partitions"])
+        missing = sorted(set(range(worker.partitions)) - covered)
+        return pages, missing
+
+    def _runs_in_state(self, params: dict[str, str]) -> None:
+        state = params.get("state")
+        try:
+            if not state:
+                raise ValueError("give a state: /runs?state=paused[&machine=...]")
+            limit = int(params.get("limit", "100"))
+            if not 1 <= limit <= 1000:
+                raise ValueError("limit must be 1 to 1000")
+            after = cluster.parse_cursor(params.get("after"))
+        except ValueError as exc:
+            self._send(400, {"error": str(exc)})
+            return
+        now_ms = int(time.time() * 1000)
+        local = [
+            {
+                "run_id": r.run_id,
+                "machine": r.machine,
+                "state": r.state,
+                "entered_state_at_ms": r.entered_ms,
+                "time_in_state_ms": max(0, now_ms - r.entered_ms),
+            }
+            for r in self.worker.runs_in_state(params.get("machine"), state, after, limit)
+        ]
+        if params.get("local") == "1":
+            self._send(200, {"items": local, "partitions": self.worker.owned()})
+            return
+        pages, missing = self._cluster("/runs", params, local)
+        runs, cursor = cluster.merge_runs(pages, limit)
+        self._send(200, {"runs": runs, "next": cursor, "missing_partitions": missing})
+
+    def _stats(self, params: dict[str, str]) -> None:
+        local = [
+            {"machine": m, "state": s, "runs": n, "oldest_entered_ms": oldest}
+            for m, s, n, oldest in self.worker.local_stats()
+        ]
+        if params.get("local") == "1":
+            self._send(200, {"items": local, "partitions": self.worker.owned()})
+            return
+        pages, missing = self._cluster("/stats", params, local)
+        self._send(200, {"states": cluster.merge_stats(pages), "missing_partitions": missing})
+
+    def _inspect(self, run_id: str) -> None:
+        worker = self.worker
+        now_ms = int(time.time() * 1000)
+        if not run_id:
+            self._html(200, inspector.page("", None, None, [], [], now_ms))
+            return
+        partition = partition_for(run_id, worker.partitions) if worker.partitions else 0
+        with worker.stores_lock:
+            store = worker.owner_store(partition)
+            if store is not None:
+                snapshot = store.committed_snapshot(run_id)
+                history = store.history(run_id) if snapshot is not None else []
+                refusals = store.refusals(run_id) if snapshot is not None else []
+        if store is None:
+            owner = next((p.url for p in worker.peers() if partition in p.partitions), None)
+            if owner is not None and owner != worker.advertised_url:
+                self.send_response(307)
+                self.send_header("Location", f"{owner}/inspect?run={quote(run_id, safe='')}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            problem = (
+                f"Run '{run_id}' lives in partition {partition}, whose owner is not known now."
+            )
+            self._html(503, inspector.page(run_id, None, None, [], [], now_ms, problem))
+            return
+        machine = worker.config.machines.get(snapshot.machine) if snapshot is not None else None
+        status = 200 if snapshot is not None else 404
+        self._html(status, inspector.page(run_id, machine, snapshot, history, refusals, now_ms))
+
+    def _html(self, status: int, text: str) -> None:
+        self._send(status, text.encode(), "text/html; charset=utf-8")
 
     def _run(self, run_id: str, history: bool) -> None:
         worker = self.worker

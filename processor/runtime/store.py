@@ -20,7 +20,7 @@ from typing import Any
 from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch
 
 from processor.engine import Commit
-from schemas.messages import RunSnapshot, Transition
+from schemas.messages import Rejection, RunSnapshot, Transition
 
 _SNAPSHOT = b"s/"
 _HISTORY = b"h/"
@@ -28,6 +28,9 @@ _OFFSET = b"o/"
 _TIMER = b"t/"  # t/ + due (8 bytes, big-endian) + run id -> b""
 _TIMER_OF = b"u/"  # u/ + run id -> JSON list of the run's index dues
 _FIRED = b"f/"  # f/ + run id -> JSON {"revision": r, "names": [...]}
+_BY_STATE = b"i/"  # i/ + machine \0 state \0 + entered (8 bytes) + run id -> b""
+_BY_STATE_OF = b"x/"  # x/ + run id -> its key in the by-state index
+_REFUSALS = b"j/"  # j/ + run id (length-prefixed) + at (8 bytes) + proposal id -> Rejection
 # A decoded RunSnapshot takes about 7 KB (measured; its JSON about 0.8 KB): at 10,000 per
 # partition the cache alone grew a worker by 200 MB (benchmarks, issue 8).
 _CACHE_SIZE = 2_000
@@ -46,7 +49,6 @@ FIRED_CHANGELOG_PREFIX = b"\x00fired\x00"
 # `revision` before any free-form field (payload, metadata), and inside a JSON string
 # the quote before it would be escaped, so the first match is the transition's own.
 _REVISION = re.compile(rb'"revision":(\d+)')
-_NO_TIMERS = b'"timers":[]'
 _NO_DUES = b"[]"
 
 
@@ -55,12 +57,9 @@ def _timers_of(snapshot: RunSnapshot | None) -> list[tuple[int, int, str]]:
     return [(t.due_at_ms, t.revision, t.name) for t in timers]
 
 
-def _timers(value: bytes) -> list[tuple[int, int, str]]:
-    """A snapshot record's timers, decoded only when it has any."""
-    if _NO_TIMERS in value:
-        return []
-    timers = json.loads(value).get("timers", [])
-    return [(t["due_at_ms"], t["revision"], t["name"]) for t in timers]
+def _timers(snapshot: dict[str, Any]) -> list[tuple[int, int, str]]:
+    """A decoded snapshot record's timers."""
+    return [(t["due_at_ms"], t["revision"], t["name"]) for t in snapshot.get("timers", [])]
 
 
 @dataclass(frozen=True)
@@ -103,6 +102,29 @@ def _history_key(run_id: str, revision: int) -> bytes:
     return _history_prefix(run_id) + struct.pack(">Q", revision)
 
 
+def _state_prefix(machine: str, state: str) -> bytes:
+    return _BY_STATE + machine.encode() + b"\0" + state.encode() + b"\0"
+
+
+def _state_key(machine: str, state: str, entered_ms: int, run_id: str) -> bytes:
+    return _state_prefix(machine, state) + struct.pack(">Q", max(0, entered_ms)) + run_id.encode()
+
+
+@dataclass(frozen=True)
+class InState:
+    """A run found by the by-state index: the oldest in a state come first."""
+
+    entered_ms: int
+    run_id: str
+    machine: str
+    state: str
+
+
+def _refusals_prefix(run_id: str) -> bytes:
+    raw = run_id.encode()
+    return _REFUSALS + struct.pack(">I", len(raw)) + raw
+
+
 def _timer_key(due_ms: int, run_id: str) -> bytes:
     return _TIMER + struct.pack(">Q", max(0, due_ms)) + run_id.encode()
 
@@ -128,6 +150,7 @@ class PartitionStore:
         self._staged_json: dict[str, bytes] = {}
         self._staged_history: list[tuple[Transition, bytes]] = []
         self._staged_fired: dict[str, Fired] = {}
+        self._staged_refusals: list[tuple[Rejection, bytes]] = []
         # Runs per (machine, state), counted on first use and kept up to date by flush.
         self._counts: Counter[tuple[str, str]] | None = None
         # Decoding JSON dominates lookups; keep recently committed snapshots decoded.
@@ -150,6 +173,11 @@ class PartitionStore:
         snapshot = RunSnapshot.model_validate_json(raw)
         self._remember(snapshot)
         return snapshot
+
+    def refusals(self, run_id: str) -> list[Rejection]:
+        """The run's refused proposals this store committed, oldest first (the inspector's
+        timeline; not restored from the rejections topic)."""
+        return [Rejection.model_validate_json(v) for v in self._scan(_refusals_prefix(run_id))]
 
     def history(self, run_id: str) -> list[Transition]:
         return [Transition.model_validate_json(v) for v in self._scan(_history_prefix(run_id))]
@@ -221,6 +249,9 @@ class PartitionStore:
             (commit.transition, transition_json or commit.transition.model_dump_json().encode())
         )
 
+    def stage_refusal(self, rejection: Rejection, encoded: bytes) -> None:
+        self._staged_refusals.append((rejection, encoded))
+
     def stage_fired(self, run_id: str, revision: int, name: str) -> Fired:
         marks = self.fired(run_id).with_name(revision, name)
         self._staged_fired[run_id] = marks
@@ -230,11 +261,18 @@ class PartitionStore:
         self._staged.clear()
         self._staged_json.clear()
         self._staged_history.clear()
+        self._staged_refusals.clear()
         self._staged_fired.clear()
 
     def flush(self, offsets: dict[str, int]) -> None:
         """After the transaction committed: staged state and offsets, atomically."""
-        if not (self._staged or self._staged_history or self._staged_fired or offsets):
+        if not (
+            self._staged
+            or self._staged_history
+            or self._staged_fired
+            or self._staged_refusals
+            or offsets
+        ):
             return
         batch = WriteBatch(raw_mode=True)
         if self._counts is not None:
@@ -248,8 +286,19 @@ class PartitionStore:
             self._counts = +counts  # drops the zeros
         for run_id, encoded in self._staged_json.items():
             batch.put(_run_key(run_id), encoded)
+        staged = sorted(self._staged)
+        for run_id, old in zip(
+            staged, self._get_many([_BY_STATE_OF + r.encode() for r in staged]), strict=True
+        ):
+            snapshot = self._staged[run_id]
+            self._index_state(
+                batch, run_id, old, (snapshot.machine, snapshot.state, snapshot.entered_state_at_ms)
+            )
         for transition, encoded in self._staged_history:
             batch.put(_history_key(transition.run_id, transition.revision), encoded)
+        for rejection, encoded in self._staged_refusals:
+            key = _refusals_prefix(rejection.run_id or "") + struct.pack(">Q", rejection.at_ms)
+            batch.put(key + (rejection.proposal_id or "").encode(), encoded)
         for run_id, marks in self._staged_fired.items():
             batch.put(_FIRED + run_id.encode(), marks.encode())
         changed = sorted(set(self._staged) | set(self._staged_fired))
@@ -284,12 +333,20 @@ class PartitionStore:
                     batch.put(_FIRED + run_id.encode(), value)
                 continue
             latest[key.decode()] = value
-        for run_id, value in latest.items():
+        decoded: dict[str, dict[str, Any]] = {}
+        runs = sorted(latest)
+        olds = self._get_many([_BY_STATE_OF + r.encode() for r in runs])
+        for run_id, old in zip(runs, olds, strict=True):
             self._cache.pop(run_id, None)
+            value = latest[run_id]
             if value is None:
                 batch.delete(_run_key(run_id))
+                self._index_state(batch, run_id, old, None)
             else:
                 batch.put(_run_key(run_id), value)
+                data = decoded[run_id] = json.loads(value)
+                where = (data["machine"], data["state"], data["entered_state_at_ms"])
+                self._index_state(batch, run_id, old, where)
         for key, value in transitions:
             match = _REVISION.search(value)
             if match is None:
@@ -301,8 +358,7 @@ class PartitionStore:
         fired = self._get_many([_FIRED + r.encode() for r in changed])
         for run_id, old, fired_raw in zip(changed, olds, fired, strict=True):
             if run_id in latest:
-                value = latest[run_id]
-                timers = _timers(value) if value is not None else []
+                timers = _timers(decoded[run_id]) if run_id in decoded else []
             else:
                 timers = _timers_of(self.committed_snapshot(run_id))
             marked = marks.get(run_id) or (
@@ -312,6 +368,40 @@ class PartitionStore:
         for topic, offset in offsets.items():
             batch.put(_OFFSET + topic.encode(), str(offset).encode())
         self._db.write(batch)
+
+    def _index_state(
+        self,
+        batch: WriteBatch,
+        run_id: str,
+        old: bytes | None,
+        where: tuple[str, str, int] | None,
+    ) -> None:
+        """Move the run in the by-state index: `old` is its key there, `where` its
+        (machine, state, entered_state_at_ms) now, None once it is gone."""
+        new = None if where is None else _state_key(*where, run_id)
+        if old is not None and old != new:
+            batch.delete(old)
+        if new is None:
+            batch.delete(_BY_STATE_OF + run_id.encode())
+        elif new != old:
+            batch.put(new, b"")
+            batch.put(_BY_STATE_OF + run_id.encode(), new)
+
+    def in_state(
+        self, machine: str, state: str, after: tuple[int, str] | None, limit: int
+    ) -> list[InState]:
+        """Committed runs of `machine` in `state`, longest there first, from after the
+        (entered_ms, run_id) `after` on; at most `limit`."""
+        prefix = _state_prefix(machine, state)
+        start = prefix if after is None else _state_key(machine, state, after[0], after[1]) + b"\0"
+        found: list[InState] = []
+        for key in self._db.keys(from_key=start):
+            if not (isinstance(key, bytes) and key.startswith(prefix)) or len(found) >= limit:
+                break
+            rest = key[len(prefix) :]
+            entered = struct.unpack(">Q", rest[:8])[0]
+            found.append(InState(entered, rest[8:].decode(), machine, state))
+        return found
 
     def _reindex(
         self,

@@ -35,11 +35,12 @@ from processor.engine import Commit, Machine
 from processor.intake import DEFAULT_MAX_PROPOSAL_BYTES, signed_headers
 from processor.keyring import Keyring
 from processor.pipeline import DeadLetterReason, Outcome, decide_record
+from processor.runtime import cluster
 from processor.runtime.metrics import WorkerMetrics
 from processor.runtime.outputs import Source, outcome_records
 from processor.runtime.restore import restore_partitions
 from processor.runtime.statedir import StateDir, StateDirBusy
-from processor.runtime.store import FIRED_CHANGELOG_PREFIX, PartitionStore
+from processor.runtime.store import FIRED_CHANGELOG_PREFIX, InState, PartitionStore
 from processor.topics import TopicNames, describe_topics, plan_topics
 from schemas.messages import Alert, Proposal, Rejection, RunSnapshot, Timer
 
@@ -134,7 +135,10 @@ class Worker:
         self.stores: dict[int, PartitionStore] = {}
         self.stores_lock = threading.RLock()  # HTTP threads read stores
         self.partitions = 0
-        self.http_address: str | None = None
+        # The URL other workers reach this one's HTTP API at (set before start()): it
+        # goes into the consumer's client.id, where cluster queries find it.
+        self.advertised_url: str | None = None
+        self._admin: AdminClient | None = None
         self._stop = threading.Event()
         self._txn_open = False
         self._txn_started = 0.0
@@ -239,6 +243,11 @@ class Worker:
                     ),
                     "enable.partition.eof": False,
                     **(
+                        {"client.id": cluster.client_id(self.advertised_url)}
+                        if self.advertised_url
+                        else {}
+                    ),
+                    **(
                         {"group.instance.id": f"{self.config.group_id}-{self.worker_id}"}
                         if self.config.static_membership
                         else {}
@@ -335,6 +344,44 @@ class Worker:
                 lag[tp.partition] = max(0, high - start)
         self._lag = lag
 
+    # -- cluster queries (HTTP threads) -------------------------------------------
+    def peers(self) -> list[cluster.Peer]:
+        """The group's workers and what they own, from the group's description."""
+        if self._admin is None:
+            self._admin = AdminClient(self.config.kafka.client())
+        return cluster.peers(self._admin, self.config.group_id, self.topics.proposals)
+
+    def owned(self) -> list[int]:
+        with self.stores_lock:
+            return sorted(self.stores)
+
+    def runs_in_state(
+        self, machine: str | None, state: str, after: tuple[int, str] | None, limit: int
+    ) -> list[InState]:
+        """This worker's committed runs in `state` (of `machine`, or of any machine),
+        longest there first."""
+        machines = [machine] if machine is not None else sorted(self.config.machines)
+        found: list[InState] = []
+        with self.stores_lock:
+            for store in self.stores.values():
+                for name in machines:
+                    found += store.in_state(name, state, after, limit)
+        return sorted(found, key=lambda r: (r.entered_ms, r.run_id))[:limit]
+
+    def local_stats(self) -> list[tuple[str, str, int, int | None]]:
+        """(machine, state, runs, oldest entered_state_at_ms) over the owned partitions."""
+        rows = []
+        with self.stores_lock:
+            stores = list(self.stores.values())
+            for name, machine in sorted(self.config.machines.items()):
+                for state in machine.spec.states:
+                    runs = sum(store.state_counts()[(name, state)] for store in stores)
+                    oldest = [
+                        r.entered_ms for st in stores for r in st.in_state(name, state, None, 1)
+                    ]
+                    rows.append((name, state, runs, min(oldest) if oldest else None))
+        return rows
+
     def _runs_by_state(self) -> Iterator[tuple[str, str, int]]:
         """(machine, state, runs) over the owned partitions; every state of every machine,
         zeros included."""
@@ -402,6 +449,8 @@ class Worker:
         records = outcome_records(self.topics, outcome, source)
         for record in records:
             self._produce(record.topic, record.key, record.value, partition)
+        if isinstance(outcome, Rejection) and outcome.run_id and store.snapshot(outcome.run_id):
+            store.stage_refusal(outcome, records[0].value)  # for the run's inspector page
         if isinstance(outcome, Commit):
             store.stage(outcome, records[0].value, records[1].value)
             self.stats.transitions += 1

@@ -1,6 +1,9 @@
 """What operators see: GET /metrics after a known scenario, and the JSON logs."""
 
 import json
+import os
+import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -8,6 +11,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from processor.partitioning import partition_for
 from processor.topics import TopicNames
 from schemas.messages import Rejection, Transition
 from tests.integration.harness import Env, WorkerProcess, make_env
@@ -155,3 +159,65 @@ def test_json_logs_at_seed_levels(env: Env) -> None:
         ("WARNING", None, refused.code.value),
     ]
     assert outcomes[0]["run_id"] == outcomes[1]["run_id"] == "j1"
+
+
+def test_runs_by_state_across_workers_from_either_worker(env: Env) -> None:
+    """GET /runs?state= and /stats answer for the whole cluster whichever worker is
+    asked: paused runs in every partition, paged longest-waiting first."""
+    paused = []
+    for n in range(100):  # two paused runs in each partition, whoever owns it
+        run_id = f"q{n}"
+        if sum(partition_for(r, 3) == partition_for(run_id, 3) for r in paused) < 2:
+            paused.append(run_id)
+        if len(paused) == 6:
+            break
+    running = ["q-run-a", "q-run-b"]
+    first = WorkerProcess(env, env.tmp / "w1")
+    second = WorkerProcess(env, env.tmp / "w2")
+    client, workers = env.client(), [first, second]
+    try:
+        first.wait_ready()
+        second.wait_ready()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            owned = [set((w.health() or {}).get("partitions", [])) for w in workers]
+            if all(owned) and set.union(*owned) == {0, 1, 2}:
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError(f"partitions not shared by both workers: {owned}")
+        for run_id in paused + running:
+            assert isinstance(client.create_and_wait(run_id, M, deadlines=SLOW), Transition)
+            assert isinstance(client.propose_and_wait(run_id, "start"), Transition)
+        for run_id in paused:
+            assert isinstance(client.propose_and_wait(run_id, "pause_for_approval"), Transition)
+        time.sleep(0.5)  # the last checkpoint reaches the stores
+        for worker in workers:
+            pages, after = [], None
+            while True:
+                query = "/runs?state=paused&limit=4" + (f"&after={after}" if after else "")
+                page = worker.get(query)
+                assert page["missing_partitions"] == []
+                pages += page["runs"]
+                after = page["next"]
+                if after is None:
+                    break
+            assert [r["run_id"] for r in pages] == paused  # paused in this order
+            assert all(r["state"] == "paused" and r["time_in_state_ms"] >= 0 for r in pages)
+            stats = {(s["machine"], s["state"]): s["runs"] for s in worker.get("/stats")["states"]}
+            assert stats[(M, "paused")] == 6 and stats[(M, "running")] == 2
+            assert stats[(M, "planned")] == 0 and stats[("run_state", "pending")] == 0
+        shown = subprocess.run(
+            [sys.executable, "-m", "processor.cli.main", "stats", "--worker-url", second.url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "COLUMNS": "120"},
+        )
+        assert shown.returncode == 0, shown.stderr
+        row = next(line for line in shown.stdout.splitlines() if " paused " in line and M in line)
+        assert "6" in row.split()
+    finally:
+        client.close()
+        for worker in workers:
+            assert worker.terminate() == 0, worker.log()

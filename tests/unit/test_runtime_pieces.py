@@ -159,3 +159,60 @@ def test_restore_builds_the_same_store_as_live_commits(tmp_path: Path) -> None:
     assert restored.due_runs(far) == live.due_runs(far) == ["r/2"] * len(armed)
     live.close()
     restored.close()
+
+
+def test_by_state_index_pages_longest_in_state_first(tmp_path: Path) -> None:
+    """The by-state index follows runs as they move, live and restored alike, and a
+    cursor walks it page by page."""
+    from tests.unit.driver import APPROVER, Driver
+
+    store = PartitionStore(tmp_path / "p")
+    runs = {}
+    for n in range(5):
+        run = Driver(run_id=f"s/{n}")
+        run.now += n * 1_000  # entered their states one second apart
+        run.create("task_lifecycle")
+        run.commit("start")
+        store.stage(run.commit("pause_for_approval"))
+        runs[run.run_id] = run
+    store.flush({})
+    paused = store.in_state("task_lifecycle", "paused", None, 10)
+    assert [r.run_id for r in paused] == [f"s/{n}" for n in range(5)]
+    first = store.in_state("task_lifecycle", "paused", None, 2)
+    rest = store.in_state("task_lifecycle", "paused", (first[-1].entered_ms, first[-1].run_id), 10)
+    assert [r.run_id for r in first + rest] == [f"s/{n}" for n in range(5)]
+    store.stage(runs["s/0"].commit("approval_granted", APPROVER))  # s/0 leaves paused
+    store.flush({})
+    assert store.in_state("task_lifecycle", "paused", None, 1)[0].run_id == "s/1"
+    assert [r.run_id for r in store.in_state("task_lifecycle", "running", None, 10)] == ["s/0"]
+    # a restore moves the index the same way (here: s/1 back into the changelog as running)
+    moved = runs["s/1"].commit("approval_granted", APPROVER)
+    store.restore([(b"s/1", moved.snapshot.model_dump_json().encode())], [], {})
+    assert {r.run_id for r in store.in_state("task_lifecycle", "running", None, 10)} == {
+        "s/0",
+        "s/1",
+    }
+    assert "s/1" not in {r.run_id for r in store.in_state("task_lifecycle", "paused", None, 10)}
+    store.close()
+
+
+def test_cluster_pages_merge_longest_first_with_a_cursor() -> None:
+    from processor.runtime.cluster import merge_runs, merge_stats, parse_cursor
+
+    def run(entered: int, run_id: str) -> dict[str, object]:
+        return {"run_id": run_id, "entered_state_at_ms": entered}
+
+    runs, cursor = merge_runs([[run(1, "a"), run(5, "e")], [run(2, "b"), run(3, "c")]], 3)
+    assert [r["run_id"] for r in runs] == ["a", "b", "c"] and cursor == "3:c"
+    assert parse_cursor(cursor) == (3, "c")
+    assert merge_runs([[run(1, "a")]], 3) == ([run(1, "a")], None)
+    with pytest.raises(ValueError):
+        parse_cursor("nonsense")
+    rows = merge_stats(
+        [
+            [{"machine": "m", "state": "s", "runs": 2, "oldest_entered_ms": 50}],
+            [{"machine": "m", "state": "s", "runs": 3, "oldest_entered_ms": 40}],
+            [{"machine": "m", "state": "s", "runs": 0, "oldest_entered_ms": None}],
+        ]
+    )
+    assert rows == [{"machine": "m", "state": "s", "runs": 5, "oldest_entered_ms": 40}]

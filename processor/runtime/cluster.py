@@ -1,0 +1,86 @@
+"""Queries any worker answers for the whole cluster: it answers for the partitions it
+owns and asks the other members of its consumer group for theirs. Members are found by
+describing the group; each advertises its HTTP URL in its Kafka client.id (as Kafka
+Streams advertises `application.server`), so no registry of its own is needed."""
+
+import json
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka.admin import AdminClient
+
+_CLIENT_ID = "runstate-worker@"
+
+
+def client_id(url: str) -> str:
+    return _CLIENT_ID + url
+
+
+@dataclass(frozen=True)
+class Peer:
+    url: str
+    partitions: tuple[int, ...]
+
+
+def peers(admin: AdminClient, group_id: str, topic: str) -> list[Peer]:
+    """The group's members that advertise a URL, with the partitions of `topic` each owns."""
+    description = admin.describe_consumer_groups([group_id])[group_id].result(timeout=10)
+    found = []
+    for member in description.members:
+        if not member.client_id.startswith(_CLIENT_ID):
+            continue
+        owned = tuple(
+            sorted(tp.partition for tp in member.assignment.topic_partitions if tp.topic == topic)
+        )
+        found.append(Peer(member.client_id[len(_CLIENT_ID) :], owned))
+    return found
+
+
+def ask(url: str, path: str, params: dict[str, str]) -> Any:
+    """GET a peer's answer for its own partitions only (local=1)."""
+    query = urllib.parse.urlencode({**params, "local": "1"})
+    with urllib.request.urlopen(f"{url}{path}?{query}", timeout=10) as response:
+        return json.loads(response.read())
+
+
+def merge_runs(
+    pages: Iterable[list[dict[str, Any]]], limit: int
+) -> tuple[list[dict[str, Any]], str | None]:
+    """Pages of runs (each ordered longest in state first) as one page of `limit`, and
+    the cursor of the page after it (None at the end)."""
+    runs = sorted(
+        (run for page in pages for run in page),
+        key=lambda r: (r["entered_state_at_ms"], r["run_id"]),
+    )[:limit]
+    cursor = None
+    if len(runs) == limit and runs:
+        cursor = f"{runs[-1]['entered_state_at_ms']}:{runs[-1]['run_id']}"
+    return runs, cursor
+
+
+def parse_cursor(text: str | None) -> tuple[int, str] | None:
+    if not text:
+        return None
+    entered, sep, run_id = text.partition(":")
+    if not sep or not entered.isdigit():
+        raise ValueError(f"after={text!r} is not a cursor from a previous page")
+    return int(entered), run_id
+
+
+def merge_stats(pages: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per (machine, state): runs summed, the oldest entry kept."""
+    merged: dict[tuple[str, str], dict[str, Any]] = {}
+    for page in pages:
+        for row in page:
+            key = (row["machine"], row["state"])
+            into = merged.setdefault(key, {**row, "runs": 0, "oldest_entered_ms": None})
+            into["runs"] += row["runs"]
+            oldest = row["oldest_entered_ms"]
+            if oldest is not None and (
+                into["oldest_entered_ms"] is None or oldest < into["oldest_entered_ms"]
+            ):
+                into["oldest_entered_ms"] = oldest
+    return [merged[key] for key in sorted(merged)]

@@ -1,0 +1,245 @@
+"""The run inspector: one server-rendered HTML page per run (GET /inspect?run=<run_id>).
+
+The run's machine is drawn as a state diagram (states in columns by their distance from
+the initial state), with the path the run took and the state it is in now; below it,
+the transition timeline (who proposed what, when, and the refusals), the step ledger
+and the deadlines. Pure: data in, HTML out; no script, no external assets (the page
+works where no CDN is reachable)."""
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from html import escape
+
+from processor.engine import Machine
+from schemas.messages import Rejection, RunSnapshot, Transition
+
+_BOX_W, _BOX_H, _COL, _ROW, _PAD = 150, 40, 210, 70, 20
+
+_STYLE = """
+body { font: 14px system-ui, sans-serif; margin: 24px; color: #1f2328; }
+h1 { font-size: 20px; } h2 { font-size: 16px; margin-top: 28px; }
+form input { font: inherit; padding: 4px 8px; width: 280px; }
+table { border-collapse: collapse; margin-top: 8px; }
+th, td { border-bottom: 1px solid #d0d7de; padding: 4px 10px; text-align: left;
+         vertical-align: top; }
+tr.refused td { color: #9a2617; }
+.muted { color: #656d76; }
+svg .state rect { fill: #f6f8fa; stroke: #8c959f; stroke-width: 1.5; }
+svg .state.visited rect { fill: #ddf4ff; stroke: #0969da; }
+svg .state.current rect { fill: #0969da; stroke: #0550ae; stroke-width: 3; }
+svg .state.current text { fill: #ffffff; font-weight: 600; }
+svg .state text { font: 13px system-ui, sans-serif; }
+svg .edge { stroke: #afb8c1; stroke-width: 1.2; fill: none; }
+svg .edge.taken { stroke: #0969da; stroke-width: 2.5; }
+svg .label { font: 11px system-ui, sans-serif; fill: #656d76; }
+svg .label.taken { fill: #0550ae; font-weight: 600; }
+"""
+
+
+def _time(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def _duration(ms: int) -> str:
+    seconds = max(0, ms) // 1000
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    return f"{hours}h {minutes:02d}m {seconds:02d}s" if hours else f"{minutes}m {seconds:02d}s"
+
+
+def _layout(machine: Machine) -> dict[str, tuple[int, int]]:
+    """Each state's top-left corner: columns by breadth-first distance from the initial
+    state, rows in the order the machine file lists them."""
+    states = list(machine.spec.states)
+    depth = {machine.spec.initial: 0}
+    frontier = [machine.spec.initial]
+    while frontier:
+        following = []
+        for source in frontier:
+            for (src, _), edge in machine.edges.items():
+                if src == source and edge.target not in depth:
+                    depth[edge.target] = depth[source] + 1
+                    following.append(edge.target)
+        frontier = following
+    last = max(depth.values(), default=0)
+    rows: dict[int, int] = {}
+    where = {}
+    for state in states:
+        column = depth.get(state, last + 1)  # unreachable states at the right
+        row = rows.get(column, 0)
+        rows[column] = row + 1
+        where[state] = (_PAD + column * _COL, _PAD + row * _ROW)
+    return where
+
+
+def diagram(machine: Machine, path: Sequence[Transition], current: str | None) -> str:
+    where = _layout(machine)
+    visited = {t.to_state for t in path} | {t.from_state for t in path if t.from_state}
+    taken = {(t.from_state, t.event) for t in path}
+    width = max(x for x, _ in where.values()) + _BOX_W + _PAD
+    height = max(y for _, y in where.values()) + _BOX_H + _PAD + 20
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'role="img" aria-label="state diagram of {escape(machine.name)}">',
+        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" '
+        'markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" '
+        'fill="#8c959f"/></marker></defs>',
+    ]
+    for (source, event), edge in machine.edges.items():
+        sx, sy = (float(v) for v in where[source])
+        tx, ty = (float(v) for v in where[edge.target])
+        cls = "edge taken" if (source, event) in taken else "edge"
+        label_cls = "label taken" if (source, event) in taken else "label"
+        if source == edge.target:  # a loop above the box
+            x0, y0 = sx + _BOX_W - 30, sy
+            d = f"M{x0},{y0} C{x0 - 10},{y0 - 30} {x0 + 30},{y0 - 30} {x0 + 20},{y0}"
+            lx, ly = x0 + 5, y0 - 24
+        else:
+            x0, y0 = sx + _BOX_W, sy + _BOX_H / 2
+            x1, y1 = tx, ty + _BOX_H / 2
+            if tx <= sx:  # backwards: leave from the bottom, arrive at the bottom
+                x0, y0 = sx + _BOX_W / 2, sy + _BOX_H
+                x1, y1 = tx + _BOX_W / 2, ty + _BOX_H
+                bend = max(y0, y1) + 30
+                d = f"M{x0},{y0} C{x0},{bend} {x1},{bend} {x1},{y1}"
+                lx, ly = (x0 + x1) / 2, bend - 4
+            else:
+                d = f"M{x0},{y0} L{x1},{y1}"
+                lx, ly = (x0 + x1) / 2, (y0 + y1) / 2 - 4
+        parts.append(
+            f'<path class="{cls}" d="{d}" marker-end="url(#arrow)" '
+            f'data-edge="{escape(source)}:{escape(event)}"/>'
+        )
+        parts.append(
+            f'<text class="{label_cls}" x="{lx:.0f}" y="{ly:.0f}" text-anchor="middle">'
+            f"{escape(event)}</text>"
+        )
+    for state, (x, y) in where.items():
+        cls = "state"
+        if state in visited:
+            cls += " visited"
+        if state == current:
+            cls += " current"
+        terminal = " (end)" if state in machine.terminal else ""
+        parts.append(
+            f'<g class="{cls}" data-state="{escape(state)}">'
+            f'<rect x="{x}" y="{y}" width="{_BOX_W}" height="{_BOX_H}" rx="8"/>'
+            f'<text x="{x + _BOX_W / 2}" y="{y + _BOX_H / 2 + 4}" text-anchor="middle">'
+            f"{escape(state)}{terminal}</text></g>"
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _timeline(history: Sequence[Transition], refusals: Sequence[Rejection]) -> str:
+    rows: list[tuple[int, int, str]] = []
+    for t in history:
+        reason = f" ({escape(t.reason)})" if t.reason else ""
+        rows.append(
+            (
+                t.at_ms,
+                0,
+                f'<tr class="transition" data-revision="{t.revision}"><td>{_time(t.at_ms)}</td>'
+                f"<td>{t.revision}</td><td>{escape(t.event)}{reason}</td>"
+                f"<td>{escape(t.from_state or '-')} &rarr; {escape(t.to_state)}</td>"
+                f"<td>{escape(t.principal.source)} ({escape(t.principal.authority)})</td>"
+                f"<td class=muted>{escape(t.proposal_id)}</td></tr>",
+            )
+        )
+    for r in refusals:
+        rows.append(
+            (
+                r.at_ms,
+                1,
+                f'<tr class="refused"><td>{_time(r.at_ms)}</td><td>refused</td>'
+                f"<td>{escape(r.event or '-')}</td><td>{escape(r.code.value)}: "
+                f"{escape(r.detail)}</td><td>"
+                f"{escape(r.principal.source) if r.principal else '-'}</td>"
+                f"<td class=muted>{escape(r.proposal_id or '-')}</td></tr>",
+            )
+        )
+    body = "".join(row for _, _, row in sorted(rows, key=lambda x: (x[0], x[1])))
+    return (
+        '<table id="timeline"><tr><th>time (UTC)</th><th>revision</th><th>event</th>'
+        "<th>state</th><th>proposed by</th><th>proposal</th></tr>" + body + "</table>"
+    )
+
+
+def _outcome(error: str | None, result: object) -> str:
+    return error if error else ("" if result is None else str(result))
+
+
+def _steps(snapshot: RunSnapshot) -> str:
+    if not snapshot.steps:
+        return '<p class="muted">No steps recorded.</p>'
+    rows = "".join(
+        f"<tr><td>{escape(name)}</td><td>{escape(step.status.value)}</td>"
+        f"<td>{step.attempts}</td><td>{escape(step.idempotency_key or '-')}</td>"
+        f"<td>{escape(_outcome(step.error, step.result))}</td><td>{step.revision}</td></tr>"
+        for name, step in sorted(snapshot.steps.items())
+    )
+    return (
+        '<table id="steps"><tr><th>step</th><th>status</th><th>attempts</th>'
+        "<th>idempotency key</th><th>result / error</th><th>revision</th></tr>" + rows + "</table>"
+    )
+
+
+def _deadlines(snapshot: RunSnapshot, now_ms: int) -> str:
+    if not snapshot.timers:
+        return '<p class="muted">No deadlines or alerts armed.</p>'
+    rows = "".join(
+        f"<tr><td>{escape(t.kind)}</td><td>{escape(t.name)}</td><td>{_time(t.due_at_ms)}</td>"
+        f"<td>{'due' if t.due_at_ms <= now_ms else 'in ' + _duration(t.due_at_ms - now_ms)}</td>"
+        f"<td>{escape(t.event or '-')}</td></tr>"
+        for t in sorted(snapshot.timers, key=lambda t: t.due_at_ms)
+    )
+    return (
+        '<table id="deadlines"><tr><th>kind</th><th>name</th><th>due (UTC)</th><th></th>'
+        "<th>proposes</th></tr>" + rows + "</table>"
+    )
+
+
+def page(
+    run_id: str,
+    machine: Machine | None,
+    snapshot: RunSnapshot | None,
+    history: Sequence[Transition],
+    refusals: Sequence[Rejection],
+    now_ms: int,
+    problem: str | None = None,
+) -> str:
+    """The inspector page for `run_id` (a search box alone when it is empty)."""
+    head = (
+        "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        f"<title>runstate: {escape(run_id) or 'inspector'}</title><style>{_STYLE}</style></head>"
+        '<body><form method="get" action="/inspect"><label>Run <input name="run" '
+        f'value="{escape(run_id)}" placeholder="run id" autofocus></label> '
+        "<button>Inspect</button></form>"
+    )
+    if not run_id:
+        return head + "</body></html>"
+    if problem is not None or snapshot is None or machine is None:
+        why = problem or f"No run '{run_id}'."
+        return head + f'<p id="problem">{escape(why)}</p></body></html>'
+    in_state = _duration(now_ms - snapshot.entered_state_at_ms)
+    summary = (
+        f"<h1>{escape(run_id)}</h1><p>machine <b>{escape(machine.name)}</b>, now "
+        f'<b id="current-state">{escape(snapshot.state)}</b> for {in_state}, revision '
+        f"{snapshot.revision}, retries {snapshot.retry_count} of {snapshot.max_retries}"
+        + (f", stopped: {escape(snapshot.stop_reason)}" if snapshot.stop_reason else "")
+        + "</p>"
+    )
+    return (
+        head
+        + summary
+        + "<h2>Machine</h2>"
+        + diagram(machine, history, snapshot.state)
+        + f"<h2>Timeline</h2><p class=muted>{len(history)} transitions, {len(refusals)} "
+        "refusals</p>"
+        + _timeline(history, refusals)
+        + "<h2>Step ledger</h2>"
+        + _steps(snapshot)
+        + "<h2>Deadlines</h2>"
+        + _deadlines(snapshot, now_ms)
+        + "</body></html>"
+    )
