@@ -14,17 +14,22 @@ $(STAMP): pyproject.toml
 ## install: a virtualenv in .venv with runstate and its dev tools
 install: $(STAMP)
 
-## tools: promtool, which the alert-rule tests run (Debian's prometheus package)
+## tools: what the tests run besides Python: promtool (alert rules) and headless Chromium
+## with its driver (the inspector's browser test), from Debian's packages when missing
+TOOLS := promtool:prometheus chromium:chromium chromedriver:chromium-driver
 tools:
-	@command -v promtool >/dev/null || { \
+	@missing=""; for pair in $(TOOLS); do \
+	  command -v "$${pair%%:*}" >/dev/null || missing="$$missing $${pair##*:}"; done; \
+	if [ -n "$$missing" ]; then \
 	  if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
-	    echo "installing promtool (Debian's prometheus package)"; \
+	    echo "installing Debian packages:$$missing"; \
 	    apt-get update -qq >/dev/null; \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	  else \
-	    echo "promtool is missing: install Debian's prometheus package (sudo apt-get install prometheus) or put Prometheus' promtool on PATH, then rerun" >&2; \
+	    echo "missing tools; install Debian's packages:$$missing (sudo apt-get install$$missing), then rerun" >&2; \
 	    exit 1; \
-	  fi; }
+	  fi; \
+	fi
 
 ## demo: the main job end to end on a real broker it starts itself (runstate demo)
 demo: install

@@ -125,7 +125,7 @@ def main() -> None:
     if unknown or "native" not in chosen:
         sys.exit(f"--contenders: need native, and only {', '.join(CONTENDERS)}; got {chosen}")
     results: dict[str, Any] = {
-        "command": "python -m benchmarks.pipeline " + shlex.join(sys.argv[1:]),
+        "command": " ".join(["python -m benchmarks.pipeline", shlex.join(sys.argv[1:])]).strip(),
         "machine": machine(),
     }
     with tempfile.TemporaryDirectory() as tmp, provide_broker(Path(tmp) / "broker") as bootstrap:

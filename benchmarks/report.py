@@ -46,7 +46,7 @@ def machine() -> dict[str, Any]:
         "os": platform.platform(),
         "python": platform.python_version(),
         "kafka": KAFKA_VERSION,
-        "confluent_kafka": confluent_kafka.version()[0],
+        "confluent_kafka": version("confluent-kafka"),
         "librdkafka": confluent_kafka.libversion()[0],
         "faust_streaming": version("faust-streaming"),
         "quixstreams": QUIX.split("==")[1],

@@ -233,8 +233,13 @@ def _reap(pid: int) -> None:
 
 
 def _cluster_id() -> str:
-    # What `kafka-storage random-uuid` prints: a base64url UUID without padding.
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """What `kafka-storage random-uuid` prints: a base64url UUID without padding, and
+    (as Kafka's own Uuid.randomUuid ensures) not starting with '-', which the format
+    command's parser took for an option: one broker start in 64 failed that way."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 def start_broker(

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from processor.config import KafkaSettings
 from processor.intake import signed_headers
@@ -32,6 +32,14 @@ Outcome = Transition | Rejection
 
 class OutcomeTimeout(TimeoutError):
     """No outcome arrived in time; the proposal may still be decided later."""
+
+
+# Errors of a partition whose leader is still being elected.
+_ELECTING = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+}
 
 
 class OutcomeWaiter:
@@ -69,13 +77,26 @@ class OutcomeWaiter:
             if meta.error is not None:
                 raise KafkaException(meta.error)
             for p in meta.partitions:
-                low, high = self._consumer.get_watermark_offsets(
-                    TopicPartition(topic, p), timeout=30
-                )
+                low, high = self._watermarks(TopicPartition(topic, p))
                 assignment.append(TopicPartition(topic, p, low if from_beginning else high))
         self._consumer.assign(assignment)
         self._thread = threading.Thread(target=self._loop, name="runstate-outcomes", daemon=True)
         self._thread.start()
+
+    def _watermarks(self, tp: TopicPartition, timeout: float = 30.0) -> tuple[int, int]:
+        """The partition's offsets, waiting out a leader still being elected (right after
+        the topic was created: NOT_LEADER_FOR_PARTITION)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                low, high = self._consumer.get_watermark_offsets(tp, timeout=timeout)
+                return int(low), int(high)
+            except KafkaException as exc:
+                error = exc.args[0]
+                electing = error.code() in _ELECTING or error.retriable()
+                if not electing or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     def _loop(self) -> None:
         try:

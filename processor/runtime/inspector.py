@@ -65,7 +65,11 @@ def _layout(machine: Machine) -> dict[str, tuple[int, int]]:
     rows: dict[int, int] = {}
     where = {}
     for state in states:
-        column = depth.get(state, last + 1)  # unreachable states at the right
+        # Ends in a column of their own at the right, unreachable states after them.
+        if state in machine.terminal and state != machine.spec.initial:
+            column = last + 1
+        else:
+            column = depth.get(state, last + 2)
         row = rows.get(column, 0)
         rows[column] = row + 1
         where[state] = (_PAD + column * _COL, _PAD + row * _ROW)
@@ -76,8 +80,8 @@ def diagram(machine: Machine, path: Sequence[Transition], current: str | None) -
     where = _layout(machine)
     visited = {t.to_state for t in path} | {t.from_state for t in path if t.from_state}
     taken = {(t.from_state, t.event) for t in path}
-    width = max(x for x, _ in where.values()) + _BOX_W + _PAD
-    height = max(y for _, y in where.values()) + _BOX_H + _PAD + 20
+    width = max(x for x, _ in where.values()) + _BOX_W + _PAD + 120
+    height = max(y for _, y in where.values()) + _BOX_H + _PAD + 60
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'role="img" aria-label="state diagram of {escape(machine.name)}">',
@@ -97,7 +101,12 @@ def diagram(machine: Machine, path: Sequence[Transition], current: str | None) -
         else:
             x0, y0 = sx + _BOX_W, sy + _BOX_H / 2
             x1, y1 = tx, ty + _BOX_H / 2
-            if tx <= sx:  # backwards: leave from the bottom, arrive at the bottom
+            if tx == sx:  # same column: a bow out to the right of both boxes
+                x0 = x1 = sx + _BOX_W
+                bow = x0 + 30 + abs(ty - sy) / 4
+                d = f"M{x0},{y0} C{bow},{y0} {bow},{y1} {x1 + 2},{y1}"
+                lx, ly = bow - 6, (y0 + y1) / 2
+            elif tx < sx:  # backwards: leave from the bottom, arrive at the bottom
                 x0, y0 = sx + _BOX_W / 2, sy + _BOX_H
                 x1, y1 = tx + _BOX_W / 2, ty + _BOX_H
                 bend = max(y0, y1) + 30

@@ -1,0 +1,67 @@
+"""The run inspector in a real browser: headless Chromium (Debian's chromium and
+chromium-driver, driven by Selenium) opens the page of a run the demo drove, finds its
+current state highlighted in the diagram and every transition in the timeline, and
+saves a screenshot (kept under the test's tmp dir, path printed)."""
+
+import shutil
+import urllib.parse
+from pathlib import Path
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+
+from processor.config import KafkaSettings
+from processor.demo.driver import Driver
+from processor.topics import TopicNames
+from tests.integration.harness import Env, WorkerProcess, make_env
+
+
+@pytest.fixture
+def env(kafka_bootstrap: str, topic_names: TopicNames, tmp_path: Path) -> Env:
+    return make_env(kafka_bootstrap, topic_names, tmp_path)
+
+
+def browser() -> webdriver.Chrome:
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    assert chromium and driver, "chromium and chromedriver missing: make tools installs them"
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1600"):
+        options.add_argument(arg)
+    return webdriver.Chrome(service=Service(driver), options=options)
+
+
+def test_inspector_shows_a_demo_run_in_chromium(env: Env) -> None:
+    worker = WorkerProcess(env, env.tmp / "w1")
+    driver = Driver(KafkaSettings(env.bootstrap), env.topics, env.keyring, seed=7)
+    try:
+        worker.wait_ready(partitions=3)
+        result = driver.run(6)
+        run_id = next(r for r, m in sorted(result.machine_of.items()) if m == "task_lifecycle")
+        snapshot = worker.snapshot(run_id)
+        history = worker.get(worker.run_path(run_id, "/history"))
+        assert snapshot is not None and history
+        chrome = browser()
+        try:
+            chrome.get(f"{worker.url}/inspect?run={urllib.parse.quote(run_id)}")
+            current = chrome.find_elements(By.CSS_SELECTOR, "svg g.state.current")
+            assert [c.get_attribute("data-state") for c in current] == [snapshot.state]
+            fill = chrome.execute_script(
+                "return getComputedStyle(arguments[0].querySelector('rect')).fill", current[0]
+            )
+            assert fill == "rgb(9, 105, 218)"  # drawn highlighted, not just tagged
+            assert chrome.find_element(By.ID, "current-state").text == snapshot.state
+            rows = chrome.find_elements(By.CSS_SELECTOR, "#timeline tr.transition")
+            assert [int(r.get_attribute("data-revision") or -1) for r in rows] == [
+                t["revision"] for t in history
+            ]
+            shot = env.tmp / f"inspector-{run_id}.png"
+            assert chrome.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
+            print(f"screenshot: {shot}")
+        finally:
+            chrome.quit()
+    finally:
+        driver.close()
+        assert worker.terminate() == 0, worker.log()
