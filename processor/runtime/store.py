@@ -57,9 +57,26 @@ def _timers_of(snapshot: RunSnapshot | None) -> list[tuple[int, int, str]]:
     return [(t.due_at_ms, t.revision, t.name) for t in timers]
 
 
-def _timers(snapshot: dict[str, Any]) -> list[tuple[int, int, str]]:
-    """A decoded snapshot record's timers."""
-    return [(t["due_at_ms"], t["revision"], t["name"]) for t in snapshot.get("timers", [])]
+# What the indexes need from a snapshot record, found without decoding it when it has no
+# timers: RunSnapshot's fields put `machine` and `state` before any free-form field and
+# end with `entered_state_at_ms` (inside a JSON string the quotes would be escaped).
+_NO_TIMERS = b'"timers":[]'
+_MACHINE = re.compile(rb'"machine":"([^"\\]*)"')
+_STATE = re.compile(rb'"state":"([^"\\]*)"')
+_ENTERED = re.compile(rb'"entered_state_at_ms":(\d+)}\s*$')
+
+
+def _index_fields(value: bytes) -> tuple[tuple[str, str, int], list[tuple[int, int, str]]]:
+    """((machine, state, entered_state_at_ms), timers) of a snapshot record."""
+    if _NO_TIMERS in value:
+        machine, state = _MACHINE.search(value), _STATE.search(value)
+        entered = _ENTERED.search(value)
+        if machine and state and entered:
+            where = (machine.group(1).decode(), state.group(1).decode(), int(entered.group(1)))
+            return where, []
+    data = json.loads(value)
+    timers = [(t["due_at_ms"], t["revision"], t["name"]) for t in data.get("timers", [])]
+    return (data["machine"], data["state"], data["entered_state_at_ms"]), timers
 
 
 @dataclass(frozen=True)
@@ -333,7 +350,7 @@ class PartitionStore:
                     batch.put(_FIRED + run_id.encode(), value)
                 continue
             latest[key.decode()] = value
-        decoded: dict[str, dict[str, Any]] = {}
+        armed: dict[str, list[tuple[int, int, str]]] = {}
         runs = sorted(latest)
         olds = self._get_many([_BY_STATE_OF + r.encode() for r in runs])
         for run_id, old in zip(runs, olds, strict=True):
@@ -344,8 +361,7 @@ class PartitionStore:
                 self._index_state(batch, run_id, old, None)
             else:
                 batch.put(_run_key(run_id), value)
-                data = decoded[run_id] = json.loads(value)
-                where = (data["machine"], data["state"], data["entered_state_at_ms"])
+                where, armed[run_id] = _index_fields(value)
                 self._index_state(batch, run_id, old, where)
         for key, value in transitions:
             match = _REVISION.search(value)
@@ -358,7 +374,7 @@ class PartitionStore:
         fired = self._get_many([_FIRED + r.encode() for r in changed])
         for run_id, old, fired_raw in zip(changed, olds, fired, strict=True):
             if run_id in latest:
-                timers = _timers(decoded[run_id]) if run_id in decoded else []
+                timers = armed.get(run_id, [])
             else:
                 timers = _timers_of(self.committed_snapshot(run_id))
             marked = marks.get(run_id) or (

@@ -226,3 +226,24 @@ def test_broker_cluster_ids_never_start_with_a_dash() -> None:
     ids = [_cluster_id() for _ in range(5_000)]  # about 78 would start with '-' unguarded
     assert not [i for i in ids if i.startswith("-")]
     assert all(len(i) == 22 for i in ids)
+
+
+def test_restore_reads_index_fields_without_decoding_like_json() -> None:
+    """The fast path (no timers) finds machine, state and entered time as json would,
+    whatever a step's free-form result holds."""
+    from processor.runtime.store import _index_fields
+    from tests.unit.driver import Driver
+
+    run = Driver(run_id="f/1")
+    run.create("run_state")
+    run.commit("start")
+    run.commit("step_started", payload={"step": "s", "idempotency_key": "f/1:s"})
+    commit = run.commit(
+        "step_succeeded",
+        payload={"step": "s", "result": {"state": "x", "machine": "y", "entered_state_at_ms": 1}},
+    )
+    value = commit.snapshot.model_dump_json().encode()
+    data = json.loads(value)
+    where, timers = _index_fields(value)
+    assert where == (data["machine"], data["state"], data["entered_state_at_ms"])
+    assert timers == [(t["due_at_ms"], t["revision"], t["name"]) for t in data["timers"]]
