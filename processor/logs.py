@@ -8,8 +8,13 @@ for a log pipeline (`--log-format json`), at seed 003's levels:
 """
 
 import logging
+from collections.abc import Iterable
 
 from pythonjsonlogger.json import JsonFormatter
+
+from processor.engine import Commit
+from processor.pipeline import DeadLetterReason
+from schemas.messages import Rejection
 
 FORMATS = ("text", "json")
 
@@ -33,3 +38,51 @@ def setup_logging(level: str, fmt: str = "text") -> None:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+
+
+OUTCOMES_LOG = logging.getLogger("runstate.outcomes")
+
+
+def log_outcomes(outcomes: Iterable[Commit | Rejection | DeadLetterReason]) -> None:
+    """Committed outcomes at seed 003's levels: INFO per transition, WARNING per
+    rejection and DLQ record, with the fields a log pipeline indexes."""
+    for outcome in outcomes:
+        if isinstance(outcome, Commit):
+            t = outcome.transition
+            OUTCOMES_LOG.info(
+                "%s: %s -> %s on %s by %s",
+                t.run_id,
+                t.from_state,
+                t.to_state,
+                t.event,
+                t.principal.source,
+                extra={
+                    "run_id": t.run_id,
+                    "machine": t.machine,
+                    "revision": t.revision,
+                    "from_state": t.from_state,
+                    "to_state": t.to_state,
+                    "event": t.event,
+                    "proposal_id": t.proposal_id,
+                    "principal": t.principal.source,
+                },
+            )
+        elif isinstance(outcome, Rejection):
+            OUTCOMES_LOG.warning(
+                "%s: %s refused (%s): %s",
+                outcome.run_id,
+                outcome.event,
+                outcome.code.value,
+                outcome.detail,
+                extra={
+                    "run_id": outcome.run_id,
+                    "event": outcome.event,
+                    "state": outcome.state,
+                    "code": outcome.code.value,
+                    "proposal_id": outcome.proposal_id,
+                },
+            )
+        else:
+            OUTCOMES_LOG.warning(
+                "record sent to the DLQ: %s", outcome.reason, extra={"reason": outcome.reason}
+            )

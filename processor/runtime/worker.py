@@ -34,6 +34,7 @@ from processor.config import KafkaSettings
 from processor.engine import Commit, Machine
 from processor.intake import DEFAULT_MAX_PROPOSAL_BYTES, signed_headers
 from processor.keyring import Keyring
+from processor.logs import OUTCOMES_LOG, log_outcomes
 from processor.pipeline import DeadLetterReason, Outcome, decide_record
 from processor.runtime import cluster
 from processor.runtime.metrics import WorkerMetrics
@@ -45,7 +46,6 @@ from processor.topics import TopicNames, describe_topics, plan_topics
 from schemas.messages import Alert, Proposal, Rejection, RunSnapshot, Timer
 
 log = logging.getLogger("runstate.worker")
-outcomes_log = logging.getLogger("runstate.outcomes")
 
 
 class WorkerError(RuntimeError):
@@ -71,6 +71,7 @@ HUNG_AFTER_S = 5.0
 # default) the coordinator aborts the transaction anyway.
 SEND_OFFSETS_TIMEOUT_S = 10.0
 LAG_INTERVAL_S = 1.0
+QUEUE_FULL_LIMIT_S = 60.0
 
 
 def bounded(what: str, call: Callable[[], object], timeout_s: float) -> None:
@@ -358,29 +359,13 @@ class Worker:
     def runs_in_state(
         self, machine: str | None, state: str, after: tuple[int, str] | None, limit: int
     ) -> list[InState]:
-        """This worker's committed runs in `state` (of `machine`, or of any machine),
-        longest there first."""
-        machines = [machine] if machine is not None else sorted(self.config.machines)
-        found: list[InState] = []
-        with self.stores_lock:
-            for store in self.stores.values():
-                for name in machines:
-                    found += store.in_state(name, state, after, limit)
-        return sorted(found, key=lambda r: (r.entered_ms, r.run_id))[:limit]
-
-    def local_stats(self) -> list[tuple[str, str, int, int | None]]:
-        """(machine, state, runs, oldest entered_state_at_ms) over the owned partitions."""
-        rows = []
         with self.stores_lock:
             stores = list(self.stores.values())
-            for name, machine in sorted(self.config.machines.items()):
-                for state in machine.spec.states:
-                    runs = sum(store.state_counts()[(name, state)] for store in stores)
-                    oldest = [
-                        r.entered_ms for st in stores for r in st.in_state(name, state, None, 1)
-                    ]
-                    rows.append((name, state, runs, min(oldest) if oldest else None))
-        return rows
+            return cluster.runs_in_state(stores, self.config.machines, machine, state, after, limit)
+
+    def local_stats(self) -> list[tuple[str, str, int, int | None]]:
+        with self.stores_lock:
+            return cluster.local_stats(list(self.stores.values()), self.config.machines)
 
     def _runs_by_state(self) -> Iterator[tuple[str, str, int]]:
         """(machine, state, runs) over the owned partitions; every state of every machine,
@@ -441,7 +426,7 @@ class Worker:
             else getattr(outcome, "run_id", None)
         )
         self.metrics.stage(store.snapshot(run_id) if run_id else None, outcome)
-        if outcomes_log.isEnabledFor(logging.WARNING):
+        if OUTCOMES_LOG.isEnabledFor(logging.WARNING):
             self._to_log.append(outcome)
         source = Source(
             msg.topic() or "", partition, msg.offset() or 0, msg.key(), msg.value(), timestamp
@@ -561,6 +546,7 @@ class Worker:
         """Outputs go to the proposal's partition number: co-partitioned with the input."""
         assert self.producer is not None
         data = value.encode() if isinstance(value, str) else value
+        full_since: float | None = None
         while True:
             try:
                 self.producer.produce(
@@ -568,7 +554,14 @@ class Worker:
                 )
                 return
             except BufferError:
-                self.producer.poll(0.05)  # local queue full: let deliveries drain
+                # Local queue full: let deliveries drain. One that never drains (a producer
+                # that lost its broker for good) must not hold the loop, deaf to SIGTERM.
+                full_since = full_since or time.monotonic()
+                if time.monotonic() - full_since > QUEUE_FULL_LIMIT_S:
+                    raise ClientHung(
+                        f"the producer's queue stayed full for {QUEUE_FULL_LIMIT_S:.0f}s"
+                    ) from None
+                self.producer.poll(0.05)
 
     def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
@@ -635,48 +628,8 @@ class Worker:
                 raise
 
     def _log_outcomes(self) -> None:
-        """INFO per committed transition, WARN per rejection and DLQ record."""
         logged, self._to_log = self._to_log, []
-        for outcome in logged:
-            if isinstance(outcome, Commit):
-                t = outcome.transition
-                outcomes_log.info(
-                    "%s: %s -> %s on %s by %s",
-                    t.run_id,
-                    t.from_state,
-                    t.to_state,
-                    t.event,
-                    t.principal.source,
-                    extra={
-                        "run_id": t.run_id,
-                        "machine": t.machine,
-                        "revision": t.revision,
-                        "from_state": t.from_state,
-                        "to_state": t.to_state,
-                        "event": t.event,
-                        "proposal_id": t.proposal_id,
-                        "principal": t.principal.source,
-                    },
-                )
-            elif isinstance(outcome, Rejection):
-                outcomes_log.warning(
-                    "%s: %s refused (%s): %s",
-                    outcome.run_id,
-                    outcome.event,
-                    outcome.code.value,
-                    outcome.detail,
-                    extra={
-                        "run_id": outcome.run_id,
-                        "event": outcome.event,
-                        "state": outcome.state,
-                        "code": outcome.code.value,
-                        "proposal_id": outcome.proposal_id,
-                    },
-                )
-            else:
-                outcomes_log.warning(
-                    "record sent to the DLQ: %s", outcome.reason, extra={"reason": outcome.reason}
-                )
+        log_outcomes(logged)
 
     def _abort(self, why: str) -> None:
         """Drop the open transaction and everything staged; rewind to committed offsets."""
@@ -684,13 +637,7 @@ class Worker:
         log.error("state not persisted, transaction aborted (%s); deciding again", why)
         self._to_log.clear()
         assert self.producer is not None
-        producer = self.producer
-        try:
-            bounded("abort_transaction", lambda: producer.abort_transaction(30), 30)
-        except KafkaException as exc:
-            if exc.args[0].fatal():
-                raise ClientBroken(f"the producer cannot abort: {exc}") from exc
-            log.warning("abort_transaction: %s", exc)
+        abort_transaction(self.producer)
         self._txn_open = False
         for store in self.stores.values():
             store.discard_staged()
@@ -772,6 +719,26 @@ def assignment_strategy(static_membership: bool) -> str:
     in the fault harness: two of three partitions idle for minutes). Eager rebalancing
     hands out the whole assignment in one round, so static members use it."""
     return "roundrobin" if static_membership else "cooperative-sticky"
+
+
+def abort_transaction(producer: Producer, attempts: int = 3, timeout_s: float = 10.0) -> None:
+    """Abort the open transaction. An abort that times out says "retry call to resume"
+    and stays in progress: it is called again (found by the broker-restart scenario: left
+    in progress, the next begin_transaction failed _CONFLICT and ended the worker). Still
+    not aborted, or fatal: ClientBroken, and the worker restarts in place."""
+    for _ in range(attempts):
+        try:
+            bounded("abort_transaction", lambda: producer.abort_transaction(timeout_s), timeout_s)
+            return
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.fatal():
+                raise ClientBroken(f"the producer cannot abort: {exc}") from exc
+            if not error.retriable():  # e.g. nothing to abort any more
+                log.warning("abort_transaction: %s", exc)
+                return
+            log.warning("abort_transaction did not finish (%s); calling it again", exc)
+    raise ClientBroken(f"the transaction was not aborted after {attempts} attempts")
 
 
 def default_state_dir() -> Path:
