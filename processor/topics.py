@@ -1,5 +1,6 @@
 """The topics runstate reads and writes, their settings, creation and drift checks."""
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -112,7 +113,28 @@ def create_topics(
             if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
                 raise
             outcome[name] = "exists"
+    _wait_for_leaders(admin, [p.name for p in plans], timeout)
     return outcome
+
+
+def _wait_for_leaders(admin: AdminClient, names: list[str], timeout: float) -> None:
+    """Creation returns before every partition has a leader the cluster knows of; a
+    client that comes at once meets UNKNOWN_TOPIC_OR_PART or NOT_LEADER. Wait it out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        topics = admin.list_topics(timeout=timeout).topics
+        ready = all(
+            name in topics
+            and topics[name].error is None
+            and topics[name].partitions
+            and all(p.leader >= 0 for p in topics[name].partitions.values())
+            for name in names
+        )
+        if ready:
+            return
+        if time.monotonic() > deadline:
+            raise KafkaException(f"topics {names} have no leaders after {timeout:.0f}s")
+        time.sleep(0.1)
 
 
 def describe_topics(
