@@ -6,9 +6,9 @@ work the worker does per proposal."""
 
 import time
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import TopicPartition
 
-from benchmarks.peers.common import peer_args, stop_on_sigterm, topics
+from benchmarks.peers.common import peer_args, peer_consumer, peer_producer, stop_on_sigterm, topics
 
 INTERVAL_S, MAX_RECORDS = 0.1, 1_000
 
@@ -16,23 +16,8 @@ INTERVAL_S, MAX_RECORDS = 0.1, 1_000
 def main() -> None:
     args = peer_args(__doc__.splitlines()[0])
     names = topics(args)
-    consumer = Consumer(
-        {
-            "bootstrap.servers": args.bootstrap,
-            "group.id": args.group,
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
-        }
-    )
-    producer = Producer(
-        {
-            "bootstrap.servers": args.bootstrap,
-            "transactional.id": f"{args.group}-ceiling",
-            "linger.ms": 5,
-            "compression.type": "lz4",
-        }
-    )
+    consumer = peer_consumer(args)
+    producer = peer_producer(args, transactional_id=f"{args.group}-ceiling")
     producer.init_transactions(30)
     consumer.subscribe([names.proposals])
     stop = stop_on_sigterm()

@@ -5,6 +5,8 @@ import signal
 import threading
 from pathlib import Path
 
+from confluent_kafka import Consumer, Producer
+
 from processor.keyring import Keyring, load_keyring
 from processor.topics import TopicNames
 
@@ -32,3 +34,24 @@ def stop_on_sigterm() -> threading.Event:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     return stop
+
+
+def peer_consumer(args: argparse.Namespace) -> Consumer:
+    """The proposals consumer every peer uses: the worker's settings, offsets by hand."""
+    return Consumer(
+        {
+            "bootstrap.servers": args.bootstrap,
+            "group.id": args.group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+
+
+def peer_producer(args: argparse.Namespace, **settings: object) -> Producer:
+    """A producer with the worker's batching settings, plus `settings` (dots as _)."""
+    extra = {k.replace("_", "."): v for k, v in settings.items()}
+    return Producer(
+        {"bootstrap.servers": args.bootstrap, "linger.ms": 5, "compression.type": "lz4", **extra}
+    )

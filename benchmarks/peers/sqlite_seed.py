@@ -12,9 +12,14 @@ import json
 import sqlite3
 import time
 
-from confluent_kafka import Consumer, Producer
-
-from benchmarks.peers.common import keyring, peer_args, stop_on_sigterm, topics
+from benchmarks.peers.common import (
+    keyring,
+    peer_args,
+    peer_consumer,
+    peer_producer,
+    stop_on_sigterm,
+    topics,
+)
 from processor.engine import Commit
 from processor.machines import builtin_machines
 from processor.pipeline import decide_record
@@ -86,23 +91,8 @@ def main() -> None:
     names, ring, machines = topics(args), keyring(args), builtin_machines()
     args.state_dir.mkdir(parents=True, exist_ok=True)
     db = StatePersistence(str(args.state_dir / "agent_state.db"))
-    consumer = Consumer(
-        {
-            "bootstrap.servers": args.bootstrap,
-            "group.id": args.group,
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
-        }
-    )
-    producer = Producer(
-        {
-            "bootstrap.servers": args.bootstrap,
-            "enable.idempotence": True,
-            "linger.ms": 5,
-            "compression.type": "lz4",
-        }
-    )
+    consumer = peer_consumer(args)
+    producer = peer_producer(args, enable_idempotence=True)
     consumer.subscribe([names.proposals])
     stop = stop_on_sigterm()
     committed = time.monotonic()
