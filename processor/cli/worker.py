@@ -1,5 +1,6 @@
 """`runstate worker`: the native exactly-once stream processor."""
 
+import faulthandler
 import logging
 import os
 import signal
@@ -144,6 +145,10 @@ def worker(
     Start more workers with the same --group-id (each with its own --state-dir) to
     share the partitions. SIGTERM or Ctrl-C commits what is in flight and leaves.
     """
+    # A crash inside librdkafka or RocksDB leaves the Python stacks in the log, and
+    # `kill -USR1 <pid>` prints them for a worker that seems stuck.
+    faulthandler.enable()
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     if runtime == "native":
         setup_logging(log_level, log_format)
     try:

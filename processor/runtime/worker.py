@@ -73,6 +73,12 @@ SEND_OFFSETS_TIMEOUT_S = 10.0
 LAG_INTERVAL_S = 1.0
 QUEUE_FULL_LIMIT_S = 60.0
 
+# Clients of a worker that gave up on them (ClientBroken). Dropping the last reference
+# would run their destructors, and rd_kafka_destroy / consumer close block for as long
+# as a call of theirs hangs (seen: a broker restart froze the worker there, never
+# reaching its restart). Held here, they end with the process image (`exec`).
+ABANDONED_CLIENTS: list[object] = []
+
 
 def bounded(what: str, call: Callable[[], object], timeout_s: float) -> None:
     """Run a blocking librdkafka call, raising ClientHung if it outlives its timeout."""
@@ -297,7 +303,9 @@ class Worker:
                     self._abort(f"transaction failed: {exc}")
             self._checkpoint()
         except ClientBroken:
-            # Its clients may block in any further call: leave them to the process's end.
+            # Its clients may block in any further call, their destructors too: keep
+            # them referenced until the process ends.
+            ABANDONED_CLIENTS.extend([self.consumer, self.producer])
             self.consumer = self.producer = None
             raise
         finally:

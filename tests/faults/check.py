@@ -50,6 +50,11 @@ class Row:
     seconds: float = 0.0
     examples: list[str] = field(default_factory=list)
 
+    def describe(self) -> str:
+        """The row and its examples in full, one per line (for a failing test)."""
+        figures = {k: v for k, v in vars(self).items() if k != "examples"}
+        return "\n".join([str(figures), *self.examples])
+
     @property
     def clean(self) -> bool:
         return (

@@ -16,12 +16,15 @@ RESTART_IN_PLACE = "restarting the worker in place"
 
 
 def _why(worker: WorkerProcess) -> str:
-    """The end of a worker's last traceback (or of its log), without librdkafka noise."""
+    """The stacks faulthandler dumped (a crash, or SIGUSR1 before a kill), else the end
+    of the worker's last traceback or of its log; without librdkafka noise."""
     text = worker.log_path.read_text(errors="replace")
-    if "Traceback" in text:
-        text = text[text.rindex("Traceback") :]
     lines = [ln for ln in text.splitlines() if "rdkafka#" not in ln and not ln.startswith("%")]
-    return "\n".join(lines[-12:])
+    dumps = [i for i, ln in enumerate(lines) if ln.endswith("(most recent call first):")]
+    if dumps:
+        return "\n".join(lines[max(0, dumps[0] - 2) :][:80])
+    tracebacks = [i for i, ln in enumerate(lines) if ln.startswith("Traceback")]
+    return "\n".join(lines[tracebacks[-1] if tracebacks else 0 :][-12:])
 
 
 class Cluster:
@@ -53,6 +56,8 @@ class Cluster:
         try:
             code = worker.terminate()
         except subprocess.TimeoutExpired:
+            os.kill(worker.proc.pid, signal.SIGUSR1)  # its threads' stacks, into its log
+            time.sleep(1.0)
             worker.kill()
             self.crashes.append(f"slot {slot} did not stop within 60 s of SIGTERM:\n{_why(worker)}")
             return

@@ -90,7 +90,10 @@ def _run(
         cluster.close()
         row.crashes = len(cluster.crashes)
         row.self_restarts = cluster.self_restarts()
-        row.examples += [c[-1500:] for c in cluster.crashes[:2]]
+        # what crashed (the first line), then the end of why
+        row.examples += [
+            c if len(c) < 2500 else f"{c[:200]}\n...\n{c[-2000:]}" for c in cluster.crashes[:2]
+        ]
         row.seconds = round(time.monotonic() - started, 1)
     return row
 

@@ -10,9 +10,9 @@ from tests.faults.scenarios import SCENARIOS, SHORT, broker_restart
 
 
 def assert_clean(row: Row) -> None:
-    assert row.lost == 0 and row.duplicated == 0 and row.mismatched == 0, row
-    assert row.crashes == 0, row.examples
-    assert row.lag_zero, row
+    assert row.lost == 0 and row.duplicated == 0 and row.mismatched == 0, row.describe()
+    assert row.crashes == 0, row.describe()
+    assert row.lag_zero, row.describe()
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))

@@ -1,13 +1,27 @@
 """A librdkafka call that blocks past its timeout is reported, not waited on forever."""
 
+import gc
 import threading
 import time
+import weakref
+from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
+from processor.config import KafkaSettings
+from processor.keyring import generate_keyring
+from processor.machines import builtin_machines
 from processor.runtime import worker
-from processor.runtime.worker import ClientBroken, ClientHung, abort_transaction, bounded
+from processor.runtime.worker import (
+    ClientBroken,
+    ClientHung,
+    Worker,
+    WorkerConfig,
+    abort_transaction,
+    bounded,
+)
+from processor.topics import TopicNames
 
 
 def test_a_call_that_returns_passes_its_result_or_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -59,3 +73,40 @@ def test_a_fatal_abort_restarts_the_worker_and_nothing_to_abort_is_fine() -> Non
         abort_transaction(_Producer(fatal), timeout_s=1)  # type: ignore[arg-type]
     nothing = KafkaError(KafkaError._STATE, "no transaction")
     abort_transaction(_Producer(nothing), timeout_s=1)  # type: ignore[arg-type]
+
+
+class _Client:
+    """A client whose close would block (a hung librdkafka call), its destructor too."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def close(self) -> None:
+        raise AssertionError(f"{self.name} closed: that blocks while a call of it hangs")
+
+
+def test_a_broken_worker_neither_closes_nor_frees_its_clients(tmp_path: Path) -> None:
+    """Regression (fault harness, broker restart): dropping the clients ran their
+    destructors, which blocked forever behind a hung send_offsets_to_transaction; the
+    worker never reached its restart in place and kept its partitions."""
+    config = WorkerConfig(
+        kafka=KafkaSettings("127.0.0.1:1"),
+        topics=TopicNames.with_prefix("t."),
+        keyring=generate_keyring(),
+        machines=builtin_machines(),
+        state_dir=tmp_path,
+    )
+    broken = Worker(config)
+    clients = _Client("consumer"), _Client("producer")
+    alive = [weakref.ref(c) for c in clients]
+    broken.consumer, broken.producer = clients  # type: ignore[assignment]
+
+    def hang(interval: float) -> None:
+        raise ClientHung("send_offsets_to_transaction has not returned after 15s")
+
+    broken._step = hang  # type: ignore[method-assign]
+    with pytest.raises(ClientHung):
+        broken.run()
+    del broken, clients
+    gc.collect()
+    assert [ref() is not None for ref in alive] == [True, True]
