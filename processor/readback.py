@@ -6,10 +6,35 @@ Used where the published record is the truth: the demo's accounting, tests, repl
 import time
 import uuid
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from processor.audit import Record
 from processor.config import KafkaSettings
+
+# The partition's leader is not known yet: right after the topic was created, or while
+# a restarted broker is taking its partitions back.
+_ELECTING = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_PARTITION,
+}
+
+
+def watermarks(consumer: Consumer, tp: TopicPartition, timeout: float = 30.0) -> tuple[int, int]:
+    """The partition's (low, high) offsets, waiting up to `timeout` for a leader."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=timeout)
+            return int(low), int(high)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if not (error.code() in _ELECTING or error.retriable()):
+                raise
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def _reader(settings: KafkaSettings, committed: bool) -> Consumer:
@@ -40,7 +65,7 @@ def read_topics(
         for topic in topics:
             meta = consumer.list_topics(topic, timeout=30).topics[topic]
             for p in meta.partitions:
-                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+                low, high = watermarks(consumer, TopicPartition(topic, p))
                 if high > low:
                     assignment.append(TopicPartition(topic, p, low))
         if not assignment:
@@ -91,7 +116,7 @@ def read_partition(
     """One partition of `topic` from offset `start` to its end, read committed."""
     consumer = _reader(settings, committed=True)
     try:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+        low, high = watermarks(consumer, TopicPartition(topic, partition))
         if max(start, low) >= high:
             return []
         consumer.assign([TopicPartition(topic, partition, max(start, low))])
@@ -118,7 +143,7 @@ def offset_for_time(settings: KafkaSettings, topic: str, partition: int, at_ms: 
         found = consumer.offsets_for_times([TopicPartition(topic, partition, at_ms)], timeout=30)
         offset = found[0].offset
         if offset < 0:  # nothing at or after it
-            return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)[1]
+            return watermarks(consumer, TopicPartition(topic, partition))[1]
         return offset
     finally:
         consumer.close()

@@ -27,7 +27,7 @@ from processor.engine.parse import MachineFileError
 from processor.keyring import KeyringError, load_keyring
 from processor.machines import load_catalog
 from processor.partitioning import partition_for
-from processor.readback import read_partition
+from processor.readback import read_partition, watermarks
 from processor.replay import apply_transitions
 from processor.topics import TopicNames
 from schemas.messages import Rejection, RunSnapshot, Transition
@@ -319,7 +319,7 @@ def tail(
         raise click.ClickException(f"{topic}: {meta.error}; run `runstate topics create`?")
     start = []
     for p in meta.partitions:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+        low, high = watermarks(consumer, TopicPartition(topic, p))
         start.append(TopicPartition(topic, p, low if from_beginning else high))
     consumer.assign(start)
     seen = 0

@@ -6,6 +6,7 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -187,15 +188,35 @@ def worker(
     logging.getLogger("runstate.worker").info(
         "HTTP API on http://%s:%s (advertised as %s)", host, port, running.advertised_url
     )
-    signal.signal(signal.SIGTERM, lambda *_: running.stop())
-    signal.signal(signal.SIGINT, lambda *_: running.stop())
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, lambda *_: running.stop())
+    # A restart in place blocked them across its exec: any that came meanwhile is
+    # delivered now, to the handler, and this worker stops as asked.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     try:
         running.run()
     except ClientBroken as exc:
-        # The same command again, as a new process image: a restart in place that needs
-        # no supervisor, from state that is consistent (stores move only after commits).
-        logging.getLogger("runstate.worker").error("%s; restarting the worker in place", exc)
         server.shutdown()
-        os.execv(sys.executable, sys.orig_argv)
+        restart_in_place(lambda: running.stopping, str(exc))
     finally:
         server.shutdown()
+
+
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+
+
+def restart_in_place(stopping: Callable[[], bool], why: str) -> None:
+    """The same command again, as a new process image: a restart that needs no
+    supervisor, from state that is consistent (stores move only after commits).
+
+    Unless the worker was asked to stop: then it just ends. SIGTERM and SIGINT stay
+    blocked across the exec, so one that comes while the new image starts (before its
+    handlers exist) waits for them instead of killing it half-started."""
+    log = logging.getLogger("runstate.worker")
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    if stopping():  # asked before the block: the handler has run
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        log.error("%s; stopping as asked (nothing half-applied)", why)
+        return
+    log.error("%s; restarting the worker in place", why)
+    os.execv(sys.executable, sys.orig_argv)

@@ -20,10 +20,11 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from processor.config import KafkaSettings
 from processor.intake import signed_headers
+from processor.readback import watermarks
 from processor.topics import TopicNames
 from schemas.messages import Proposal, Rejection, RunSnapshot, Transition
 
@@ -35,13 +36,6 @@ class OutcomeTimeout(TimeoutError):
 
 
 # Errors of a partition whose leader is still being elected.
-_ELECTING = {
-    KafkaError.NOT_LEADER_FOR_PARTITION,
-    KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.UNKNOWN_TOPIC_OR_PART,
-}
-
-
 class OutcomeWaiter:
     """Follows the transitions and rejections topics (read_committed) from the moment it
     starts and hands each outcome to whoever waits for its proposal id."""
@@ -77,26 +71,11 @@ class OutcomeWaiter:
             if meta.error is not None:
                 raise KafkaException(meta.error)
             for p in meta.partitions:
-                low, high = self._watermarks(TopicPartition(topic, p))
+                low, high = watermarks(self._consumer, TopicPartition(topic, p))
                 assignment.append(TopicPartition(topic, p, low if from_beginning else high))
         self._consumer.assign(assignment)
         self._thread = threading.Thread(target=self._loop, name="runstate-outcomes", daemon=True)
         self._thread.start()
-
-    def _watermarks(self, tp: TopicPartition, timeout: float = 30.0) -> tuple[int, int]:
-        """The partition's offsets, waiting out a leader still being elected (right after
-        the topic was created: NOT_LEADER_FOR_PARTITION)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                low, high = self._consumer.get_watermark_offsets(tp, timeout=timeout)
-                return int(low), int(high)
-            except KafkaException as exc:
-                error = exc.args[0]
-                electing = error.code() in _ELECTING or error.retriable()
-                if not electing or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
 
     def _loop(self) -> None:
         try:

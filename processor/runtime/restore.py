@@ -14,6 +14,7 @@ from collections.abc import Callable
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from processor.config import KafkaSettings
+from processor.readback import watermarks
 from processor.runtime.store import PartitionStore
 from processor.topics import TopicNames
 
@@ -46,9 +47,7 @@ def restore_partitions(
         for partition, store in stores.items():
             for topic in (topics.changelog, topics.transitions):
                 start = store.offset(topic)
-                low, high = consumer.get_watermark_offsets(
-                    TopicPartition(topic, partition), timeout=30
-                )
+                low, high = watermarks(consumer, TopicPartition(topic, partition))
                 begin = low if start is None else max(start, low)
                 if begin < high:
                     wanted.append(TopicPartition(topic, partition, begin or OFFSET_BEGINNING))

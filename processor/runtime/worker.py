@@ -282,6 +282,10 @@ class Worker:
         """Ask the loop to finish: it commits what it has, leaves the group, closes."""
         self._stop.set()
 
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
     def run(self) -> None:
         """Process until `stop()`; then checkpoint, leave the group and close stores."""
         if self.consumer is None:

@@ -1,14 +1,19 @@
-"""A librdkafka call that blocks past its timeout is reported, not waited on forever."""
+"""A librdkafka call that blocks past its timeout is reported, not waited on forever,
+and the worker restarts in place (or stops, if asked) without hanging on its clients."""
 
 import gc
+import os
+import signal
 import threading
 import time
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
+from processor.cli import worker as worker_cli
 from processor.config import KafkaSettings
 from processor.keyring import generate_keyring
 from processor.machines import builtin_machines
@@ -110,3 +115,31 @@ def test_a_broken_worker_neither_closes_nor_frees_its_clients(tmp_path: Path) ->
     del broken, clients
     gc.collect()
     assert [ref() is not None for ref in alive] == [True, True]
+
+
+@pytest.fixture
+def signal_mask() -> Iterator[None]:
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    yield
+    signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def test_a_restart_in_place_keeps_stop_signals_pending_across_exec(
+    monkeypatch: pytest.MonkeyPatch, signal_mask: None
+) -> None:
+    """Regression (fault harness): a SIGTERM that came while the new image started,
+    before its handler existed, killed it (-15) instead of stopping it."""
+    seen: list[set[signal.Signals]] = []
+    monkeypatch.setattr(
+        os, "execv", lambda *_: seen.append(signal.pthread_sigmask(signal.SIG_BLOCK, []))
+    )
+    worker_cli.restart_in_place(lambda: False, "the producer failed")
+    assert len(seen) == 1 and seen[0] >= worker_cli.STOP_SIGNALS
+
+
+def test_a_worker_asked_to_stop_stops_instead_of_restarting(
+    monkeypatch: pytest.MonkeyPatch, signal_mask: None
+) -> None:
+    monkeypatch.setattr(os, "execv", lambda *_: pytest.fail("restarted"))
+    worker_cli.restart_in_place(lambda: True, "the producer failed")
+    assert not worker_cli.STOP_SIGNALS & signal.pthread_sigmask(signal.SIG_BLOCK, [])
