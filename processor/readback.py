@@ -30,9 +30,8 @@ def watermarks(consumer: Consumer, tp: TopicPartition, timeout: float = 30.0) ->
             return int(low), int(high)
         except KafkaException as exc:
             error = exc.args[0]
-            if not (error.code() in _ELECTING or error.retriable()):
-                raise
-            if time.monotonic() > deadline:
+            waiting = error.code() in _ELECTING or error.retriable()
+            if not waiting or time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
 

@@ -144,7 +144,8 @@ def worker(
     """Run a worker: decide proposals, publish transitions and rejections exactly once.
 
     Start more workers with the same --group-id (each with its own --state-dir) to
-    share the partitions. SIGTERM or Ctrl-C commits what is in flight and leaves.
+    share the partitions. SIGTERM or Ctrl-C commits what is in flight and leaves;
+    SIGUSR1 writes every thread's stack to the log (for a worker that seems stuck).
     """
     # A crash inside librdkafka or RocksDB leaves the Python stacks in the log, and
     # `kill -USR1 <pid>` prints them for a worker that seems stuck.
