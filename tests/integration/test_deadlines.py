@@ -57,11 +57,16 @@ def _timer_transitions(history: list[Transition]) -> Counter[str]:
     return Counter(str(t.metadata.get("timer")) for t in history if "timer" in t.metadata)
 
 
-def _assert_on_time(history: list[Transition]) -> None:
+def _assert_on_time(history: list[Transition], owner_back_ms: int = 0) -> None:
+    """Decided within ON_TIME_MS of its due time, or of the moment a worker owned the
+    partition again if none did when it fell due (nobody can fire it before that)."""
     for t in history:
         if "timer" in t.metadata:
             due = int(t.metadata["due_at_ms"])  # type: ignore[arg-type]
-            assert due <= t.at_ms <= due + ON_TIME_MS, f"{t.transition_id}: due {due}, at {t.at_ms}"
+            latest = max(due, owner_back_ms) + ON_TIME_MS
+            assert due <= t.at_ms <= latest, (
+                f"{t.transition_id}: due {due}, owner back {owner_back_ms}, at {t.at_ms}"
+            )
 
 
 def test_approval_deadline_fires_once_on_time_and_a_late_approval_is_refused(env: Env) -> None:
@@ -180,12 +185,14 @@ def test_deadline_survives_sigkill_between_scheduling_and_firing(env: Env, kind:
     again = _worker(env, state, "--static-membership")
     try:
         again.wait_ready(partitions=3)
+        # On a loaded machine the restart can outlast the ~2 s left before the deadline.
+        back_ms = int(time.time() * 1000)
         _wait_for(env, run_id, final)
         time.sleep(1.5)  # would a second firing show up?
         history = _history(env, run_id)
         assert _timer_transitions(history) == {kind: 1}
         assert history[-1].to_state == final
-        _assert_on_time(history)
+        _assert_on_time(history, owner_back_ms=back_ms)
     finally:
         assert again.terminate() == 0, again.log()
 
