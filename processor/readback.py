@@ -26,7 +26,8 @@ def watermarks(consumer: Consumer, tp: TopicPartition, timeout: float = 30.0) ->
     deadline = time.monotonic() + timeout
     while True:
         try:
-            low, high = consumer.get_watermark_offsets(tp, timeout=timeout)
+            left = max(1.0, deadline - time.monotonic())  # the whole wait stays `timeout`
+            low, high = consumer.get_watermark_offsets(tp, timeout=left)
             return int(low), int(high)
         except KafkaException as exc:
             error = exc.args[0]

@@ -35,7 +35,6 @@ class OutcomeTimeout(TimeoutError):
     """No outcome arrived in time; the proposal may still be decided later."""
 
 
-# Errors of a partition whose leader is still being elected.
 class OutcomeWaiter:
     """Follows the transitions and rejections topics (read_committed) from the moment it
     starts and hands each outcome to whoever waits for its proposal id."""
