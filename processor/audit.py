@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from processor.engine import Commit, Machine
 from processor.intake import DEFAULT_MAX_PROPOSAL_BYTES, Headers
 from processor.keyring import Keyring
-from processor.pipeline import decide_record
+from processor.pipeline import DEFAULT_MAX_STATE_BYTES, decide_record
 from schemas.audit import transition_hash
 from schemas.messages import RunSnapshot, Transition
 
@@ -59,6 +59,7 @@ def verify_partition(
     machines: Mapping[str, Machine],
     keyring: Keyring,
     max_bytes: int = DEFAULT_MAX_PROPOSAL_BYTES,
+    max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
 ) -> list[Finding]:
     findings: list[Finding] = []
     state: dict[str, RunSnapshot] = {}
@@ -73,6 +74,7 @@ def verify_partition(
             machines=machines,
             lookup=state.get,
             max_bytes=max_bytes,
+            max_state_bytes=max_state_bytes,
         )
         if isinstance(outcome, Commit):
             state[outcome.snapshot.run_id] = outcome.snapshot
@@ -123,4 +125,32 @@ def verify_partition(
                 partition, None, f"{missing.transition_id} is implied by the proposals but missing"
             )
         )
+    return findings
+
+
+def verify_runs_across_partitions(transitions: Mapping[int, Sequence[Record]]) -> list[Finding]:
+    """A run lives in one partition, with one chain from one creation: a run id whose
+    transitions are in two partitions (a producer that partitioned by another hash, a
+    key that was not the run id) has two chains, and its second is reported broken."""
+    home: dict[str, tuple[int, int]] = {}  # run id -> (partition, offset) of its first
+    findings: list[Finding] = []
+    reported: set[tuple[str, int]] = set()
+    for partition in sorted(transitions):
+        for record in transitions[partition]:
+            try:
+                found = Transition.model_validate_json(record.value or b"")
+            except ValidationError:
+                continue  # reported by verify_partition
+            first = home.setdefault(found.run_id, (partition, record.offset))
+            if first[0] != partition and (found.run_id, partition) not in reported:
+                reported.add((found.run_id, partition))
+                findings.append(
+                    Finding(
+                        partition,
+                        record.offset,
+                        f"run '{found.run_id}' has a second chain here: its transitions "
+                        f"began in partition {first[0]} (offset {first[1]}); a run's "
+                        "proposals must all be keyed by its run id (murmur2 partitioner)",
+                    )
+                )
     return findings

@@ -1,7 +1,7 @@
 """Before `decide`: turn a record's bytes and headers into a proposal and a principal.
 
 Pure functions over bytes (no Kafka): the runtime calls them per record; tests call
-them directly. Order (DESIGN.md): undecodable -> DLQ, schema_invalid, unauthenticated.
+them directly. Order: undecodable -> DLQ, schema_invalid, unauthenticated.
 """
 
 import hashlib
@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from processor.keyring import Keyring
 from schemas.base import describe_errors
 from schemas.codes import RejectionCode
+from schemas.identifiers import is_name, is_proposal_id, is_run_id
 from schemas.messages import Principal, Proposal, Rejection
 
 #: Default limit on a proposal record's value (DESIGN: 64 KiB, configurable).
@@ -87,16 +88,15 @@ def decode_proposal(
         return Undecodable(f"value is JSON {type(data).__name__}, not an object")
 
     def refuse(detail: str) -> Rejection:
-        run_id, proposal_id, event = (
-            v if isinstance(v, str) else None
-            for v in (data.get("run_id"), data.get("proposal_id"), data.get("event"))
-        )
+        # Echo only what is a valid identifier: anything else (a lone surrogate, a
+        # control character, 60 KB of text) could not be a key or even be encoded.
+        run_id, proposal_id, event = data.get("run_id"), data.get("proposal_id"), data.get("event")
         return Rejection(
             code=RejectionCode.SCHEMA_INVALID,
             detail=detail,
-            run_id=run_id,
-            proposal_id=proposal_id,
-            event=event,
+            run_id=run_id if is_run_id(run_id) else None,
+            proposal_id=proposal_id if is_proposal_id(proposal_id) else None,
+            event=event if is_name(event) else None,
             at_ms=now_ms,
         )
 

@@ -1,4 +1,4 @@
-"""One proposal record in, one outcome out: decode, authenticate, decide. Pure.
+"""One proposal record in, one outcome out: decode, authenticate, decide, fit. Pure.
 
 The worker runs this per record; replay, verification and tests run the very same
 function over the proposals topic, which is why a replay reproduces every decision.
@@ -19,6 +19,12 @@ from processor.intake import (
 from processor.keyring import Keyring
 from schemas.codes import RejectionCode
 from schemas.messages import Proposal, Rejection, RunSnapshot
+
+#: Default limit on a commit's records (the run's snapshot and its transition, as JSON).
+#: Kafka's clients and brokers take records of about 1 MB by default; this leaves room
+#: for the key, headers and batch framing. Workers refuse to start on topics that
+#: could not take records this large.
+DEFAULT_MAX_STATE_BYTES = 900 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,11 +47,14 @@ def decide_record(
     machines: Mapping[str, Machine],
     lookup: Callable[[str], RunSnapshot | None],
     max_bytes: int = DEFAULT_MAX_PROPOSAL_BYTES,
+    max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
 ) -> Outcome:
     """The outcome of one record of the proposals topic.
 
     `timestamp_ms` is the record's broker timestamp; `lookup` gives a run's current
-    snapshot (None when it does not exist).
+    snapshot (None when it does not exist). A commit comes back with its records
+    encoded (`Commit.encoded`), or refused `state_too_large` when either would be over
+    `max_state_bytes`.
     """
     decoded = decode_proposal(value, timestamp_ms, max_bytes)
     if isinstance(decoded, Undecodable):
@@ -53,12 +62,14 @@ def decide_record(
     if isinstance(decoded, Rejection):
         return decoded
     proposal: Proposal = decoded
-    # Key and run must agree: the key picks the partition, and so the state store.
-    if key is None or key.decode(errors="replace") != proposal.run_id:
-        shown = "no key" if key is None else f"key '{key.decode(errors='replace')}'"
+    # Key and run must agree byte for byte: the key picks the partition, and so the
+    # state store. (A lossy comparison let a key that differed only in invalid UTF-8
+    # create the run in a second partition.)
+    if key != proposal.run_id.encode():
+        shown = "no key" if key is None else f"key {_shown(key)}"
         return Rejection(
             code=RejectionCode.SCHEMA_INVALID,
-            detail=f"record has {shown}; the key must be the run_id '{proposal.run_id}'",
+            detail=f"record has {shown}; the key must be the run_id '{proposal.run_id}' in UTF-8",
             run_id=proposal.run_id,
             proposal_id=proposal.proposal_id,
             event=proposal.event,
@@ -67,4 +78,50 @@ def decide_record(
     principal = authenticate(value or b"", headers, keyring)
     if isinstance(principal, str):
         return reject_unauthenticated(proposal, principal, timestamp_ms)
-    return decide(machines, lookup(proposal.run_id), proposal, principal, timestamp_ms)
+    current = lookup(proposal.run_id)
+    decision = decide(machines, current, proposal, principal, timestamp_ms)
+    if isinstance(decision, Commit):
+        return fit_commit(decision, current, max_state_bytes)
+    return decision
+
+
+def fit_commit(commit: Commit, current: RunSnapshot | None, limit: int) -> Commit | Rejection:
+    """The commit with its records encoded, or `state_too_large` when one is over `limit`
+    bytes: the broker would refuse it, and the run stays as it was."""
+    transition = commit.transition.model_dump_json().encode()
+    snapshot = commit.snapshot.model_dump_json().encode()
+    if len(transition) <= limit and len(snapshot) <= limit:
+        return commit._replace(encoded=(transition, snapshot))
+    what, size = (
+        ("snapshot", len(snapshot)) if len(snapshot) > limit else ("transition", len(transition))
+    )
+    t = commit.transition
+    kept = "nothing changes" if current is None else f"it stays at revision {current.revision}"
+    return Rejection.trusted(
+        dict(
+            schema_version=1,
+            code=RejectionCode.STATE_TOO_LARGE,
+            detail=f"committing '{t.event}' would write a {what} of {size} bytes; the limit "
+            f"is {limit} (max state bytes); {kept}. Record less (large step results, "
+            "payloads or facts belong in your own storage, referenced by key)",
+            run_id=t.run_id,
+            proposal_id=t.proposal_id,
+            event=t.event,
+            principal=t.principal,
+            state=None if current is None else current.state,
+            revision=None if current is None else current.revision,
+            original_transition_id=None,
+            step_result=None,
+            at_ms=t.at_ms,
+        )
+    )
+
+
+def _shown(key: bytes) -> str:
+    """A record key for a message: its text when it is short UTF-8, else its size."""
+    if len(key) <= 300:
+        try:
+            return f"'{key.decode()}'"
+        except UnicodeDecodeError:
+            pass
+    return f"of {len(key)} bytes ({key[:32]!r}...)"

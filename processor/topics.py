@@ -172,3 +172,19 @@ def describe_topics(
                 if value != expected:
                     drift.append(Drift(plan.name, key, expected, str(value)))
     return drift
+
+
+def max_message_bytes(
+    admin: AdminClient, topics: Iterable[str], timeout: float = 30.0
+) -> dict[str, int]:
+    """Each topic's effective `max.message.bytes`: the largest record batch it takes."""
+    futures = admin.describe_configs(
+        [ConfigResource(ConfigResource.Type.TOPIC, name) for name in topics],
+        request_timeout=timeout,
+    )
+    found = {}
+    for resource, future in futures.items():
+        entry = future.result().get("max.message.bytes")
+        if entry is not None and entry.value is not None:
+            found[resource.name] = int(entry.value)
+    return found

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from schemas.base import VersionedMessage, WireModel
-from schemas.messages import Name
+from schemas.identifiers import Name
 
 
 class GuardKind(StrEnum):

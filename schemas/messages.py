@@ -7,10 +7,8 @@ from pydantic import Field, JsonValue
 
 from schemas.base import VersionedMessage, WireModel
 from schemas.codes import RejectionCode
+from schemas.identifiers import Name, ProposalId, RunId
 
-Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@/\-]+$")]
-RunId = Annotated[str, Field(min_length=1, max_length=256)]
-ProposalId = Annotated[str, Field(min_length=1, max_length=128)]
 Reason = Annotated[str, Field(min_length=1, max_length=256)]
 JsonObject = dict[str, JsonValue]
 
@@ -25,7 +23,7 @@ class Principal(WireModel):
 class Proposal(VersionedMessage):
     """A request to change a run. The processor commits it as a transition or refuses it."""
 
-    proposal_id: ProposalId = Field(description="Unique per run; repeats are refused 'duplicate'.")
+    proposal_id: ProposalId
     run_id: RunId
     event: Name = Field(description="'create', a step event, or an event of the run's machine.")
     expected_revision: int | None = Field(
@@ -195,8 +193,11 @@ class Rejection(VersionedMessage):
 
 
 class DeadLetter(VersionedMessage):
-    """A record that is not a proposal at all, set aside with the reason; the partition
-    keeps flowing. The original bytes are kept (base64) for inspection and replay."""
+    """A record that is not a proposal at all, or whose outcome the broker refused, set
+    aside with the reason; the partition keeps flowing. The original bytes are kept
+    (base64) for inspection and replay: all of them, or, when the DLQ record would be
+    larger than its topic accepts, a prefix (`truncated`), with the full length and
+    SHA-256 of each either way."""
 
     error: str
     topic: str
@@ -204,4 +205,11 @@ class DeadLetter(VersionedMessage):
     offset: int
     key_base64: str | None = None
     value_base64: str | None = None
+    key_length: int | None = Field(default=None, description="Bytes in the original key.")
+    key_sha256: str | None = Field(default=None, description="Hex SHA-256 of the original key.")
+    value_length: int | None = Field(default=None, description="Bytes in the original value.")
+    value_sha256: str | None = Field(default=None, description="Hex SHA-256 of the original value.")
+    truncated: bool = Field(
+        default=False, description="key_base64/value_base64 hold only a prefix of the bytes."
+    )
     at_ms: int

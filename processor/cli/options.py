@@ -6,6 +6,9 @@ from typing import Any
 
 import click
 
+from processor.intake import DEFAULT_MAX_PROPOSAL_BYTES
+from processor.pipeline import DEFAULT_MAX_STATE_BYTES
+
 ENV_PREFIX = "RUNSTATE_"
 
 
@@ -74,6 +77,25 @@ state_dir_option = option(
     default=Path("state"),
     help="A worker's RocksDB partition stores (one directory per worker; replay writes "
     "the stores there).",
+)
+
+
+max_proposal_bytes_option = option(
+    "--max-proposal-bytes",
+    env="MAX_PROPOSAL_BYTES",
+    type=click.IntRange(min=256),
+    default=DEFAULT_MAX_PROPOSAL_BYTES,
+    help="Larger proposals are refused schema_invalid (verify: the limit the workers ran with).",
+)
+max_state_bytes_option = option(
+    "--max-state-bytes",
+    env="MAX_STATE_BYTES",
+    type=click.IntRange(min=4096),
+    default=DEFAULT_MAX_STATE_BYTES,
+    help="The largest snapshot or transition (JSON bytes) a commit may write; a proposal "
+    "that would write more is refused state_too_large and the run stays as it was. The "
+    "changelog and transitions topics must take records this large (workers check at "
+    "start). verify: the limit the workers ran with.",
 )
 
 

@@ -13,12 +13,14 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from processor.audit import Finding, verify_partition
+from processor.audit import Finding, verify_partition, verify_runs_across_partitions
 from processor.cli.options import (
     group_id_option,
     kafka_options,
     keyring_file_option,
     machine_path_option,
+    max_proposal_bytes_option,
+    max_state_bytes_option,
     option,
     state_dir_option,
 )
@@ -201,13 +203,8 @@ def _republish(
 @kafka_options
 @keyring_file_option
 @machine_path_option
-@option(
-    "--max-proposal-bytes",
-    env="MAX_PROPOSAL_BYTES",
-    type=click.IntRange(min=256),
-    default=64 * 1024,
-    help="The limit the workers ran with.",
-)
+@max_proposal_bytes_option
+@max_state_bytes_option
 def verify(
     bootstrap_servers: str | None,
     kafka_settings: tuple[str, ...],
@@ -215,6 +212,7 @@ def verify(
     keyring_file: Path | None,
     machine_paths: tuple[Path, ...],
     max_proposal_bytes: int,
+    max_state_bytes: int,
 ) -> None:
     """Check the transitions topic against the proposals topic, record by record.
 
@@ -246,9 +244,11 @@ def verify(
                 machines=machines,
                 keyring=keyring,
                 max_bytes=max_proposal_bytes,
+                max_state_bytes=max_state_bytes,
             )
             checked += len(transitions.get(p, []))
             progress.advance(task)
+    findings += verify_runs_across_partitions(transitions)
     if findings:
         for finding in findings:
             console.print(f"[red]DIFFERENCE[/] {finding}")

@@ -16,6 +16,8 @@ from processor.cli.options import (
     kafka_options,
     keyring_file_option,
     machine_path_option,
+    max_proposal_bytes_option,
+    max_state_bytes_option,
     option,
     state_dir_option,
 )
@@ -72,13 +74,8 @@ from processor.topics import TopicNames
     default=1000,
     help="...or after this many proposals, whichever comes first.",
 )
-@option(
-    "--max-proposal-bytes",
-    env="MAX_PROPOSAL_BYTES",
-    type=click.IntRange(min=256),
-    default=64 * 1024,
-    help="Larger proposals are refused schema_invalid.",
-)
+@max_proposal_bytes_option
+@max_state_bytes_option
 @option(
     "--timer-interval-ms",
     env="TIMER_INTERVAL_MS",
@@ -135,6 +132,7 @@ def worker(
     commit_interval_ms: int,
     commit_max_records: int,
     max_proposal_bytes: int,
+    max_state_bytes: int,
     timer_interval_ms: int,
     timer_key_id: str | None,
     static_membership: bool,
@@ -168,6 +166,7 @@ def worker(
             commit_interval_ms=commit_interval_ms,
             commit_max_records=commit_max_records,
             max_proposal_bytes=max_proposal_bytes,
+            max_state_bytes=max_state_bytes,
             timer_interval_ms=timer_interval_ms,
             timer_key_id=timer_key_id,
             static_membership=static_membership,

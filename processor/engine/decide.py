@@ -1,9 +1,9 @@
 """`decide`: one proposal in, one outcome out. Pure: no I/O, no clock, deterministic.
 
-Checks run in this order and the first failure wins (DESIGN.md, Decisions):
+Checks run in this order and the first failure wins:
 schema_invalid (event payloads), unknown_machine, unknown_run, run_exists, duplicate,
-unknown_event, unauthorized, revision_conflict, terminal_state, invalid_transition,
-reason_required, guard_failed, retries_exhausted, duplicate_step.
+unknown_event, unauthorized, revision_conflict, terminal_state, deadline_passed,
+invalid_transition, reason_required, guard_failed, retries_exhausted, duplicate_step.
 
 `duplicate` is checked as soon as the run is known rather than last: a client that
 resends a committed proposal must get the original answer, not a fresh verdict
@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from processor.engine.lint import CREATE_EVENT
 from processor.engine.machine import Edge, Machine
 from processor.engine.steps import apply_step
-from processor.engine.timers import arm_timers
+from processor.engine.timers import EXPIRING, arm_timers
 from schemas.audit import transition_hash
 from schemas.base import describe_errors
 from schemas.codes import RejectionCode as Code
@@ -32,6 +32,7 @@ from schemas.messages import (
     Rejection,
     RunSnapshot,
     StepRecord,
+    Timer,
     Transition,
 )
 
@@ -41,6 +42,9 @@ class Commit(NamedTuple):
 
     snapshot: RunSnapshot
     transition: Transition
+    #: (transition JSON, snapshot JSON) once encoded: the pipeline encodes them to
+    #: measure them, and the runtimes publish those very bytes.
+    encoded: tuple[bytes, bytes] | None = None
 
 
 Decision = Commit | Rejection
@@ -141,6 +145,19 @@ def decide(
         return _reject(
             Code.TERMINAL_STATE,
             f"run is in terminal state '{snapshot.state}' and never changes",
+            proposal,
+            principal,
+            snapshot,
+            now_ms,
+        )
+
+    overdue = _overdue_deadline(machine, snapshot, now_ms)
+    if overdue is not None and overdue.event != event:
+        return _reject(
+            Code.DEADLINE_PASSED,
+            f"the run's {overdue.name} deadline fell due at {overdue.due_at_ms}, before this "
+            f"proposal ({now_ms}): '{overdue.event}' is decided first; read the run again "
+            "and propose against the state after it",
             proposal,
             principal,
             snapshot,
@@ -412,6 +429,26 @@ def _failed_guard(edge: Edge, snapshot: RunSnapshot) -> str | None:
                 "retry instead"
             )
     return None
+
+
+def _overdue_deadline(machine: Machine, snapshot: RunSnapshot, now_ms: int) -> Timer | None:
+    """The earliest timeout of the run (approval, heartbeat) due at or before `now_ms`.
+
+    Time decides, not when the worker gets round to it: a proposal whose broker time is
+    at or after a timeout is decided after that timeout, whether or not the worker has
+    fired it yet (it may have been down). Only a timeout whose edge exists and whose
+    guards hold counts, so one that could never commit cannot freeze the run. The retry
+    backoff is a schedule, not an expiry: proposals in its state are decided as they come."""
+    found: Timer | None = None
+    for timer in snapshot.timers:
+        if timer.name not in EXPIRING or timer.due_at_ms > now_ms or timer.event is None:
+            continue
+        if found is not None and found.due_at_ms <= timer.due_at_ms:
+            continue
+        edge = machine.edges.get((snapshot.state, timer.event))
+        if edge is not None and (not edge.guards or _failed_guard(edge, snapshot) is None):
+            found = timer
+    return found
 
 
 def _original_revision(snapshot: RunSnapshot, proposal_id: str) -> int | None:

@@ -9,6 +9,9 @@ from processor.engine.machine import Machine
 from schemas.messages import Deadlines, Timer
 
 RETRY_REASON = "retry_backoff"
+#: Deadlines that expire (a proposal after them is decided after them); named after the
+#: timeout kinds of machine files. The retry timer is a schedule, not an expiry.
+EXPIRING = frozenset({"approval", "heartbeat"})
 
 
 def retry_delay_ms(

@@ -32,7 +32,7 @@ from processor.faust_runtime.table import NEXT_OFFSET_KEY, SOURCE_OFFSET_HEADER,
 from processor.faust_runtime.transport import Consumer, Transport
 from processor.partitioning import partition_for
 from processor.pipeline import DeadLetterReason, Outcome, decide_record
-from processor.runtime.outputs import OutputRecord, Source, outcome_records
+from processor.runtime.outputs import OutputRecord, Source, dead_letter_record, outcome_records
 from processor.runtime.worker import WorkerConfig
 from schemas.messages import RunSnapshot
 
@@ -187,6 +187,7 @@ def build_app(config: WorkerConfig, partitions: int, http_port: int) -> faust.Ap
                     machines=config.machines,
                     lookup=snapshot_of,
                     max_bytes=config.max_proposal_bytes,
+                    max_state_bytes=config.max_state_bytes,
                 )
             except Exception as exc:  # a bug must not stall the partition
                 log.exception("deciding %s@%s failed", message.partition, message.offset)
@@ -195,13 +196,19 @@ def build_app(config: WorkerConfig, partitions: int, http_port: int) -> faust.Ap
             source = Source(
                 message.topic, partition, message.offset, message.key, message.value, at_ms
             )
+            try:
+                records = outcome_records(topics, outcome, source)
+            except Exception as exc:  # a bug must not stall the partition
+                log.exception("encoding %s@%s failed", message.partition, message.offset)
+                outcome = DeadLetterReason(f"internal error while encoding its outcome: {exc!r}")
+                records = [dead_letter_record(topics, source, outcome.reason)]
             # Each record delivered (awaited) before the next, the transition before its
             # snapshot, and all before the offset can be committed. Faust's own
             # `runs[key] = ...` sends the changelog record whenever its buffer drains,
             # possibly after the offset is committed; a crash there lost the record, and
             # recovery replayed older ones over the newer store.
             snapshot: OutputRecord | None = None
-            for record in outcome_records(topics, outcome, source):
+            for record in records:
                 headers = None
                 if record.topic == topics.changelog:
                     snapshot = record

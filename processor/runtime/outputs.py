@@ -1,16 +1,67 @@
-"""How outcomes are written to their topics (shared by the runtimes and the benchmark peers)."""
+"""How outcomes are written to their topics (shared by the runtimes and the benchmark peers).
+
+Every record fits its topic: a DLQ or rejection record that would be larger than the
+topic accepts is cut down (a prefix of the original bytes, with their length and
+SHA-256; a detail cut short), so that no input, however large, can make the broker
+refuse an outcome. A commit's records are bounded before that, by the pipeline's
+`max_state_bytes` rule, and the worker checks at start that its topics take them.
+"""
 
 import base64
-from dataclasses import dataclass
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from processor.engine import Commit
 from processor.pipeline import DeadLetterReason, Outcome
 from processor.topics import TopicNames
-from schemas.messages import DeadLetter
+from schemas.messages import DeadLetter, Rejection
+
+#: librdkafka's default `message.max.bytes`: the largest record a producer sends.
+DEFAULT_MESSAGE_MAX_BYTES = 1_000_000
+#: Room kept in a record for its headers and the record and batch framing.
+RECORD_OVERHEAD = 1024
+#: Longest record key an output keeps; a longer original key is left out (its bytes are
+#: in the DLQ record).
+MAX_OUTPUT_KEY_BYTES = 1024
+MAX_ERROR_CHARS = 2048
+#: Of a truncated DLQ record, at most this much of the original key is kept.
+_KEY_PREFIX_BYTES = 256
+
+
+@dataclass(frozen=True)
+class RecordLimits:
+    """The largest record value, key included, each output topic takes: the topic's
+    `max.message.bytes` or the producer's `message.max.bytes`, whichever is smaller,
+    less `RECORD_OVERHEAD`. Topics not named take the producer's default."""
+
+    by_topic: Mapping[str, int] = field(default_factory=dict)
+    default: int = DEFAULT_MESSAGE_MAX_BYTES - RECORD_OVERHEAD
+
+    def of(self, topic: str) -> int:
+        return self.by_topic.get(topic, self.default)
+
+    @classmethod
+    def learn(cls, topics: Mapping[str, int], producer_max: int) -> "RecordLimits":
+        """From each topic's `max.message.bytes` and the producer's `message.max.bytes`."""
+        return cls(
+            {topic: min(size, producer_max) - RECORD_OVERHEAD for topic, size in topics.items()},
+            producer_max - RECORD_OVERHEAD,
+        )
+
+
+UNLIMITED = RecordLimits()
 
 
 def _b64(raw: bytes | None) -> str | None:
     return None if raw is None else base64.b64encode(raw).decode()
+
+
+def clip(text: str, limit: int) -> str:
+    """`text`, or its first `limit` characters and how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
 
 
 def dead_letter_value(
@@ -21,21 +72,70 @@ def dead_letter_value(
     value: bytes | None,
     reason: str,
     at_ms: int,
+    limit: int = UNLIMITED.default,
 ) -> bytes:
-    """The DLQ record for a record: the reason, where it came from, and its exact bytes."""
-    return (
-        DeadLetter(
-            error=reason,
-            topic=topic,
-            partition=partition,
-            offset=offset,
-            key_base64=_b64(key),
-            value_base64=_b64(value),
-            at_ms=at_ms,
-        )
-        .model_dump_json()
-        .encode()
+    """The DLQ record for a record: the reason, where it came from, its length and
+    SHA-256, and its exact bytes, or as many of the first of them as fit in `limit`."""
+    fields = dict(
+        error=clip(reason, MAX_ERROR_CHARS),
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        key_length=None if key is None else len(key),
+        key_sha256=None if key is None else hashlib.sha256(key).hexdigest(),
+        value_length=None if value is None else len(value),
+        value_sha256=None if value is None else hashlib.sha256(value).hexdigest(),
+        at_ms=at_ms,
     )
+    full = _dead_letter(fields, key, value, truncated=False)
+    if len(full) <= limit:
+        return full
+    bare = _dead_letter(fields, None if key is None else b"", None if value is None else b"", True)
+    if len(bare) > limit:  # a topic this small keeps the reason's start and the hashes
+        fields["error"] = clip(reason, max(64, MAX_ERROR_CHARS - (len(bare) - limit)))
+        bare = _dead_letter(
+            fields, b"" if key is not None else None, b"" if value is not None else None, True
+        )
+    room = max(0, limit - len(bare)) // 4 * 3  # raw bytes whose base64 fits
+    key_part = None if key is None else key[: min(_KEY_PREFIX_BYTES, room // 2)]
+    room -= 0 if key_part is None else -(-len(key_part) // 3) * 3
+    value_part = None if value is None else value[: max(0, room)]
+    return _dead_letter(fields, key_part, value_part, truncated=True)
+
+
+def _dead_letter(
+    fields: dict[str, object], key: bytes | None, value: bytes | None, truncated: bool
+) -> bytes:
+    letter = DeadLetter.model_validate(
+        {**fields, "key_base64": _b64(key), "value_base64": _b64(value), "truncated": truncated}
+    )
+    return letter.model_dump_json().encode()
+
+
+def rejection_value(rejection: Rejection, limit: int = UNLIMITED.default) -> bytes:
+    """The rejection's JSON, made to fit `limit`: a large `step_result` is left out, then
+    the detail is cut short, each saying so."""
+    encoded = rejection.model_dump_json().encode()
+    if len(encoded) <= limit:
+        return encoded
+    if rejection.step_result is not None:
+        rejection = rejection.evolved(
+            step_result=None,
+            detail=f"{rejection.detail} (step_result left out: the rejection would be "
+            f"{len(encoded)} bytes, over the topic's limit of {limit})",
+        )
+        encoded = rejection.model_dump_json().encode()
+    detail = rejection.detail
+    while len(encoded) > limit and detail:
+        detail = detail[: max(0, len(detail) - (len(encoded) - limit) - 64)]
+        shown = f"{detail}... (cut short to fit the topic)" if detail else "(left out to fit)"
+        encoded = rejection.evolved(detail=shown).model_dump_json().encode()
+    return encoded
+
+
+def output_key(key: bytes | None) -> bytes | None:
+    """An original record key as an output's key, unless it is too long to be one."""
+    return key if key is None or len(key) <= MAX_OUTPUT_KEY_BYTES else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,27 +157,40 @@ class OutputRecord:
     value: bytes
 
 
-def outcome_records(topics: TopicNames, outcome: Outcome, source: Source) -> list[OutputRecord]:
+def outcome_records(
+    topics: TopicNames, outcome: Outcome, source: Source, limits: RecordLimits = UNLIMITED
+) -> list[OutputRecord]:
     """The records an outcome is published as, in order: a commit's transition then its
     snapshot (changelog); a rejection; or the DLQ record of what could not be decoded."""
     if isinstance(outcome, Commit):
         run_key = outcome.snapshot.run_id.encode()
+        transition, snapshot = outcome.encoded or (
+            outcome.transition.model_dump_json().encode(),
+            outcome.snapshot.model_dump_json().encode(),
+        )
         return [
-            OutputRecord(
-                topics.transitions, run_key, outcome.transition.model_dump_json().encode()
-            ),
-            OutputRecord(topics.changelog, run_key, outcome.snapshot.model_dump_json().encode()),
+            OutputRecord(topics.transitions, run_key, transition),
+            OutputRecord(topics.changelog, run_key, snapshot),
         ]
     if isinstance(outcome, DeadLetterReason):
-        value = dead_letter_value(
-            source.topic,
-            source.partition,
-            source.offset,
-            source.key,
-            source.value,
-            outcome.reason,
-            source.timestamp_ms,
-        )
-        return [OutputRecord(topics.dlq, source.key, value)]
-    key = outcome.run_id.encode() if outcome.run_id is not None else source.key
-    return [OutputRecord(topics.rejections, key, outcome.model_dump_json().encode())]
+        return [dead_letter_record(topics, source, outcome.reason, limits)]
+    key = outcome.run_id.encode() if outcome.run_id is not None else output_key(source.key)
+    value = rejection_value(outcome, limits.of(topics.rejections) - len(key or b""))
+    return [OutputRecord(topics.rejections, key, value)]
+
+
+def dead_letter_record(
+    topics: TopicNames, source: Source, reason: str, limits: RecordLimits = UNLIMITED
+) -> OutputRecord:
+    key = output_key(source.key)
+    value = dead_letter_value(
+        source.topic,
+        source.partition,
+        source.offset,
+        source.key,
+        source.value,
+        reason,
+        source.timestamp_ms,
+        limits.of(topics.dlq) - len(key or b""),
+    )
+    return OutputRecord(topics.dlq, key, value)

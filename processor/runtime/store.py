@@ -4,13 +4,22 @@ and the topic offsets the database reflects.
 
 Writes are staged in memory while a Kafka transaction is open and reach RocksDB in a
 single WriteBatch only after that transaction committed, together with the changelog
-and transitions offsets they correspond to (DESIGN.md, Exactly once). So the database
-is never ahead of Kafka: at worst behind, and restore catches it up.
+and transitions offsets they correspond to. So the database is never ahead of Kafka:
+at worst behind, and restore catches it up.
+
+Keys: each kind of record has a namespace of its own, a two-byte tag (`s/`, `h/`, ...)
+followed by fields of fixed width or length-prefixed, with the run id last; run ids
+are valid UTF-8 without control characters (schemas.identifiers), so every key decodes
+back to what it was made of. The layout's version is kept under `m/format` and checked
+when a store opens: an older layout is rebuilt from the topics, a newer one refused.
 """
 
 import json
+import logging
 import re
+import shutil
 import struct
+import threading
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -31,6 +40,11 @@ _FIRED = b"f/"  # f/ + run id -> JSON {"revision": r, "names": [...]}
 _BY_STATE = b"i/"  # i/ + machine \0 state \0 + entered (8 bytes) + run id -> b""
 _BY_STATE_OF = b"x/"  # x/ + run id -> its key in the by-state index
 _REFUSALS = b"j/"  # j/ + run id (length-prefixed) + at (8 bytes) + proposal id -> Rejection
+_META = b"m/"  # m/ + name -> value (the layout's format version)
+_FORMAT_KEY = _META + b"format"
+#: The layout of keys and values described above. Raise it with any change to them.
+STORE_FORMAT = 1
+log = logging.getLogger("runstate.store")
 # A decoded RunSnapshot takes about 7 KB (measured; its JSON about 0.8 KB): at 10,000 per
 # partition the cache alone grew a worker by 200 MB (benchmarks, issue 8).
 _CACHE_SIZE = 2_000
@@ -162,7 +176,7 @@ class PartitionStore:
         options.set_write_buffer_size(_WRITE_BUFFER_BYTES)
         options.set_max_write_buffer_number(2)
         self.path = path
-        self._db = Rdict(str(path), options)
+        self._db = self._open(path, options)
         self._staged: dict[str, RunSnapshot] = {}
         self._staged_json: dict[str, bytes] = {}
         self._staged_history: list[tuple[Transition, bytes]] = []
@@ -171,7 +185,41 @@ class PartitionStore:
         # Runs per (machine, state), counted on first use and kept up to date by flush.
         self._counts: Counter[tuple[str, str]] | None = None
         # Decoding JSON dominates lookups; keep recently committed snapshots decoded.
+        # HTTP threads read snapshots too: every use of the cache holds its lock.
         self._cache: OrderedDict[str, RunSnapshot] = OrderedDict()
+        self._cache_lock = threading.Lock()
+        # Changelog records restore could not use (written by no runstate of this layout).
+        self.unreadable = 0
+
+    @staticmethod
+    def _open(path: Path, options: Options) -> Rdict:
+        """Open the store, checking its layout's version; an older layout is dropped (the
+        changelog and transitions topics rebuild it), a newer one refused."""
+        db = Rdict(str(path), options)
+        raw = db.get(_FORMAT_KEY)
+        found = int(raw) if raw is not None else (None if _is_empty(db) else 1)
+        if found is None or found == STORE_FORMAT:
+            db.put(_FORMAT_KEY, str(STORE_FORMAT).encode())
+            return db
+        if found > STORE_FORMAT:
+            db.close()
+            raise StoreFormatError(
+                f"the store at {path} has layout {found}, newer than this worker's "
+                f"({STORE_FORMAT}): run the newer worker, or delete the directory to "
+                "rebuild it from the topics"
+            )
+        log.warning(
+            "store %s has layout %d (this worker writes %d): rebuilding it from the topics",
+            path,
+            found,
+            STORE_FORMAT,
+        )
+        db.close()
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True, exist_ok=True)
+        db = Rdict(str(path), options)
+        db.put(_FORMAT_KEY, str(STORE_FORMAT).encode())
+        return db
 
     # -- reads -----------------------------------------------------------------
     def snapshot(self, run_id: str) -> RunSnapshot | None:
@@ -180,10 +228,11 @@ class PartitionStore:
         return staged if staged is not None else self.committed_snapshot(run_id)
 
     def committed_snapshot(self, run_id: str) -> RunSnapshot | None:
-        cached = self._cache.get(run_id)
-        if cached is not None:
-            self._cache.move_to_end(run_id)
-            return cached
+        with self._cache_lock:
+            cached = self._cache.get(run_id)
+            if cached is not None:
+                self._cache.move_to_end(run_id)
+                return cached
         raw = self._db.get(_run_key(run_id))
         if raw is None:
             return None
@@ -343,18 +392,27 @@ class PartitionStore:
         latest: dict[str, bytes | None] = {}
         marks: dict[str, Fired] = {}
         for key, value in snapshots:
-            if key.startswith(FIRED_CHANGELOG_PREFIX):
-                run_id = key[len(FIRED_CHANGELOG_PREFIX) :].decode()
+            try:
+                if key.startswith(FIRED_CHANGELOG_PREFIX):
+                    run_id = key[len(FIRED_CHANGELOG_PREFIX) :].decode()
+                    if value is not None:
+                        marks[run_id] = Fired.decode(value)
+                        batch.put(_FIRED + run_id.encode(), value)
+                    continue
+                run_id = key.decode()
                 if value is not None:
-                    marks[run_id] = Fired.decode(value)
-                    batch.put(_FIRED + run_id.encode(), value)
-                continue
-            latest[key.decode()] = value
+                    _index_fields(value)  # what the indexes need must be there
+                latest[run_id] = value
+            except (ValueError, KeyError, TypeError) as exc:
+                # Not written by this layout (a record by hand, or by an older version
+                # that let a run id spell the fired-mark prefix): skipped, not fatal.
+                self.unreadable += 1
+                log.error("store %s: changelog record %r skipped: %r", self.path, key[:80], exc)
         armed: dict[str, list[tuple[int, int, str]]] = {}
         runs = sorted(latest)
         olds = self._get_many([_BY_STATE_OF + r.encode() for r in runs])
         for run_id, old in zip(runs, olds, strict=True):
-            self._cache.pop(run_id, None)
+            self._forget(run_id)
             value = latest[run_id]
             if value is None:
                 batch.delete(_run_key(run_id))
@@ -365,9 +423,15 @@ class PartitionStore:
                 self._index_state(batch, run_id, old, where)
         for key, value in transitions:
             match = _REVISION.search(value)
+            try:
+                run_id = key.decode()
+            except UnicodeDecodeError:
+                match = None
             if match is None:
-                raise ValueError(f"transition record of {key!r} has no revision")
-            batch.put(_history_key(key.decode(), int(match.group(1))), value)
+                self.unreadable += 1
+                log.error("store %s: transition record %r skipped", self.path, key[:80])
+                continue
+            batch.put(_history_key(run_id, int(match.group(1))), value)
         changed = sorted(set(latest) | set(marks))
         # One multi-get for what the index had and which timers fired, not two gets a run.
         olds = self._get_many([_TIMER_OF + r.encode() for r in changed])
@@ -438,12 +502,26 @@ class PartitionStore:
         batch.put(_TIMER_OF + run_id.encode(), json.dumps(dues).encode() if dues else _NO_DUES)
 
     def _remember(self, snapshot: RunSnapshot) -> None:
-        self._cache[snapshot.run_id] = snapshot
-        self._cache.move_to_end(snapshot.run_id)
-        if len(self._cache) > _CACHE_SIZE:
-            self._cache.popitem(last=False)
+        with self._cache_lock:
+            self._cache[snapshot.run_id] = snapshot
+            self._cache.move_to_end(snapshot.run_id)
+            if len(self._cache) > _CACHE_SIZE:
+                self._cache.popitem(last=False)
+
+    def _forget(self, run_id: str) -> None:
+        with self._cache_lock:
+            self._cache.pop(run_id, None)
 
     def close(self) -> None:
         self.discard_staged()
-        self._cache.clear()
+        with self._cache_lock:
+            self._cache.clear()
         self._db.close()
+
+
+class StoreFormatError(RuntimeError):
+    """A state directory written by a newer runstate."""
+
+
+def _is_empty(db: Rdict) -> bool:
+    return next(iter(db.keys()), None) is None

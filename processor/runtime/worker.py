@@ -32,17 +32,27 @@ from confluent_kafka.admin import AdminClient
 
 from processor.config import KafkaSettings
 from processor.engine import Commit, Machine
-from processor.intake import DEFAULT_MAX_PROPOSAL_BYTES, signed_headers
+from processor.intake import DEFAULT_MAX_PROPOSAL_BYTES, Headers, signed_headers
 from processor.keyring import Keyring
 from processor.logs import OUTCOMES_LOG, log_outcomes
-from processor.pipeline import DeadLetterReason, Outcome, decide_record
+from processor.pipeline import DEFAULT_MAX_STATE_BYTES, DeadLetterReason, Outcome, decide_record
 from processor.runtime import cluster
 from processor.runtime.metrics import WorkerMetrics
-from processor.runtime.outputs import Source, outcome_records
+from processor.runtime.outputs import (
+    DEFAULT_MESSAGE_MAX_BYTES,
+    RECORD_OVERHEAD,
+    UNLIMITED,
+    RecordLimits,
+    Source,
+    dead_letter_record,
+    outcome_records,
+)
+from processor.runtime.poison import Quarantine, is_record_error
 from processor.runtime.restore import restore_partitions
 from processor.runtime.statedir import StateDir, StateDirBusy
 from processor.runtime.store import FIRED_CHANGELOG_PREFIX, InState, PartitionStore
-from processor.topics import TopicNames, describe_topics, plan_topics
+from processor.topics import TopicNames, describe_topics, max_message_bytes, plan_topics
+from schemas.identifiers import MAX_RUN_ID_BYTES
 from schemas.messages import Alert, Proposal, Rejection, RunSnapshot, Timer
 
 log = logging.getLogger("runstate.worker")
@@ -112,6 +122,7 @@ class WorkerConfig:
     commit_interval_ms: int = 100
     commit_max_records: int = 1_000
     max_proposal_bytes: int = DEFAULT_MAX_PROPOSAL_BYTES
+    max_state_bytes: int = DEFAULT_MAX_STATE_BYTES
     transaction_timeout_ms: int = 10_000
     timer_interval_ms: int = 200
     timer_key_id: str | None = None  # keyring key that signs deadline proposals
@@ -150,7 +161,12 @@ class Worker:
         self._txn_open = False
         self._txn_started = 0.0
         self._pending = 0
-        self._positions: dict[int, int] = {}
+        self._positions: dict[int, int] = {}  # partition -> next offset after the batch
+        self._batch_first: dict[int, int] = {}  # partition -> first offset in the batch
+        # Records whose outcome the broker keeps refusing (poison.py).
+        self.quarantine = Quarantine()
+        # What each output topic takes (learned at start).
+        self.limits: RecordLimits = UNLIMITED
         self._delivered: dict[tuple[str, int], int] = {}
         self._delivery_error: KafkaError | None = None
         self._lag: dict[int, int] = {}
@@ -217,6 +233,26 @@ class Worker:
                 + "; ".join(str(d) for d in drift)
                 + ". Fix with `runstate topics create` (or recreate the topics)."
             )
+        producer_max = int(
+            self.config.kafka.client_config.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES)
+        )
+        topics = self.topics
+        outputs = [topics.transitions, topics.rejections, topics.dlq, topics.changelog]
+        self.limits = RecordLimits.learn(
+            max_message_bytes(admin, [*outputs, topics.alerts, topics.proposals]), producer_max
+        )
+        # A commit writes a snapshot and a transition of up to max_state_bytes, keyed by
+        # the run id: the topics must take them, or the broker would refuse a commit.
+        needed = self.config.max_state_bytes + MAX_RUN_ID_BYTES + len(FIRED_CHANGELOG_PREFIX)
+        for topic in (topics.transitions, topics.changelog):
+            if self.limits.of(topic) < needed:
+                raise WorkerError(
+                    f"topic {topic} takes records of up to {self.limits.of(topic)} bytes "
+                    f"(max.message.bytes, and the producer's message.max.bytes, less "
+                    f"{RECORD_OVERHEAD} for framing), but a commit may write "
+                    f"{needed} (--max-state-bytes {self.config.max_state_bytes} plus the "
+                    f"key): raise max.message.bytes on {topic} or lower --max-state-bytes"
+                )
 
     def start(self) -> None:
         self._check_topics()
@@ -304,7 +340,7 @@ class Worker:
                         raise ClientBroken(f"the producer failed: {exc}") from exc
                     if not self._txn_open:
                         raise
-                    self._abort(f"transaction failed: {exc}")
+                    self._abort(f"transaction failed: {exc}", exc.args[0])
             self._checkpoint()
         except ClientBroken:
             # Its clients may block in any further call, their destructors too: keep
@@ -318,6 +354,7 @@ class Worker:
     def _step(self, interval: float) -> None:
         """One turn of the loop: a batch of proposals, due timers, a checkpoint if due."""
         assert self.consumer is not None and self.producer is not None
+        aborts = self.stats.aborts
         for msg in self.consumer.consume(num_messages=500, timeout=0.05):
             err = msg.error()
             if err is not None:
@@ -326,8 +363,12 @@ class Worker:
                 log.warning("consumer: %s", err)
                 continue
             self._process(msg)
+            if self.stats.aborts != aborts:
+                return  # rewound to the committed offsets: the rest comes again
         now = time.monotonic()
-        if now - self._last_punctuation >= self.config.timer_interval_ms / 1000:
+        # While records are isolated, a transaction holds one record and nothing else.
+        due = now - self._last_punctuation >= self.config.timer_interval_ms / 1000
+        if due and not self.quarantine.active:
             self._last_punctuation = now
             self._punctuate(int(time.time() * 1000))
         if now - self._last_lag >= LAG_INTERVAL_S:
@@ -413,24 +454,24 @@ class Worker:
         store = self.stores.get(partition)
         if store is None:  # fetched before a revoke; not ours any more
             return
+        offset = msg.offset() or 0
+        isolated = self.quarantine.isolating(partition, offset)
+        if isolated and self._txn_open:
+            aborts = self.stats.aborts
+            self._checkpoint()  # what came before goes in a transaction of its own
+            if self.stats.aborts != aborts:
+                return
         _, timestamp = msg.timestamp()
-        outcome: Outcome
+        source = Source(msg.topic() or "", partition, offset, msg.key(), msg.value(), timestamp)
         began = time.perf_counter()
-        try:
-            outcome = decide_record(
-                msg.key(),
-                msg.value(),
-                msg.headers(),
-                timestamp,
-                keyring=self.config.keyring,
-                machines=self.config.machines,
-                lookup=store.snapshot,
-                max_bytes=self.config.max_proposal_bytes,
-            )
-        except Exception as exc:  # a bug must not turn one record into a stalled partition
-            log.exception("deciding %s[%s]@%s failed", msg.topic(), partition, msg.offset())
-            outcome = DeadLetterReason(f"internal error while deciding: {exc!r}")
+        outcome = self._decide(store, source, msg.headers())
         self.metrics.decision.observe(time.perf_counter() - began)
+        try:
+            records = outcome_records(self.topics, outcome, source, self.limits)
+        except Exception as exc:  # a bug must not turn one record into a stalled partition
+            log.exception("publishing %s[%s]@%s failed", source.topic, partition, offset)
+            outcome = DeadLetterReason(f"internal error while encoding its outcome: {exc!r}")
+            records = [dead_letter_record(self.topics, source, outcome.reason, self.limits)]
         self._begin()
         run_id = (
             outcome.snapshot.run_id
@@ -440,10 +481,10 @@ class Worker:
         self.metrics.stage(store.snapshot(run_id) if run_id else None, outcome)
         if OUTCOMES_LOG.isEnabledFor(logging.WARNING):
             self._to_log.append(outcome)
-        source = Source(
-            msg.topic() or "", partition, msg.offset() or 0, msg.key(), msg.value(), timestamp
-        )
-        records = outcome_records(self.topics, outcome, source)
+        # In the batch before producing: a produce refused at once names this record.
+        self._batch_first.setdefault(partition, offset)
+        self._positions[partition] = offset + 1
+        self._pending += 1
         for record in records:
             self._produce(record.topic, record.key, record.value, partition)
         if isinstance(outcome, Rejection) and outcome.run_id and store.snapshot(outcome.run_id):
@@ -456,8 +497,33 @@ class Worker:
         else:
             self.stats.rejections += 1
         self.stats.proposals += 1
-        self._positions[partition] = (msg.offset() or 0) + 1
-        self._pending += 1
+        if isolated:
+            self._checkpoint()
+
+    def _decide(self, store: PartitionStore, source: Source, headers: Headers) -> Outcome:
+        poisoned = self.quarantine.poisoned(source.partition, source.offset)
+        if poisoned is not None:
+            return DeadLetterReason(
+                f"the broker refused this record's outcome {self.quarantine.attempts} times "
+                f"({poisoned}); set aside so that the partition goes on"
+            )
+        try:
+            return decide_record(
+                source.key,
+                source.value,
+                headers,
+                source.timestamp_ms,
+                keyring=self.config.keyring,
+                machines=self.config.machines,
+                lookup=store.snapshot,
+                max_bytes=self.config.max_proposal_bytes,
+                max_state_bytes=self.config.max_state_bytes,
+            )
+        except Exception as exc:  # a bug must not turn one record into a stalled partition
+            log.exception(
+                "deciding %s[%s]@%s failed", source.topic, source.partition, source.offset
+            )
+            return DeadLetterReason(f"internal error while deciding: {exc!r}")
 
     def _begin(self) -> None:
         if not self._txn_open:
@@ -610,9 +676,11 @@ class Worker:
                 )
             self._commit_transaction()
         except KafkaException as exc:
-            self._abort(f"checkpoint failed: {exc}")
+            self._abort(f"checkpoint failed: {exc}", exc.args[0])
             return
         self._txn_open = False
+        for partition, next_offset in self._positions.items():
+            self.quarantine.committed(partition, next_offset)
         # The transaction is durable: now, and only now, move the local stores.
         for partition, store in self.stores.items():
             offsets_now = {
@@ -643,10 +711,18 @@ class Worker:
         logged, self._to_log = self._to_log, []
         log_outcomes(logged)
 
-    def _abort(self, why: str) -> None:
+    def _abort(self, why: str, error: KafkaError | None = None) -> None:
         """Drop the open transaction and everything staged; rewind to committed offsets."""
-        # Seed 003: ERROR when state cannot be persisted; nothing of the batch applies.
+        # ERROR when state cannot be persisted; nothing of the batch applies.
         log.error("state not persisted, transaction aborted (%s); deciding again", why)
+        if is_record_error(error):
+            self.quarantine.refused(
+                {
+                    p: (first, self._positions.get(p, first + 1))
+                    for p, first in self._batch_first.items()
+                },
+                why,
+            )
         self._to_log.clear()
         assert self.producer is not None
         abort_transaction(self.producer)
@@ -660,6 +736,7 @@ class Worker:
 
     def _reset_batch(self) -> None:
         self._positions.clear()
+        self._batch_first.clear()
         self._delivered.clear()
         self._delivery_error = None
         self._pending = 0
@@ -714,6 +791,7 @@ class Worker:
                 if store is not None:
                     store.close()
                 self._positions.pop(p, None)
+                self._batch_first.pop(p, None)
                 self._lag.pop(p, None)
         if partitions:
             log.info("released partitions %s (now %s)", sorted(partitions), sorted(self.stores))

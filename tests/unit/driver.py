@@ -14,9 +14,15 @@ APPROVER = Principal(source="approver:alice", authority="approver")
 
 
 class Driver:
-    def __init__(self, machines: Mapping[str, Machine] | None = None, run_id: str = "run-7"):
+    def __init__(
+        self,
+        machines: Mapping[str, Machine] | None = None,
+        run_id: str = "run-7",
+        tick_ms: int = 1_000,
+    ):
         self.machines = builtin_machines() if machines is None else machines
         self.run_id = run_id
+        self.tick_ms = tick_ms  # broker time between two proposals
         self.snapshot: RunSnapshot | None = None
         self.history: list[Transition] = []
         self.now = 1_700_000_000_000
@@ -42,7 +48,7 @@ class Driver:
             payload=payload or {},
         )
         decision = decide(self.machines, self.snapshot, proposal, principal, self.now)
-        self.now += 1_000
+        self.now += self.tick_ms
         if isinstance(decision, Commit):
             self.snapshot = decision.snapshot
             self.history.append(decision.transition)

@@ -14,8 +14,9 @@ from processor.intake import (
 )
 from processor.keyring import Keyring
 from processor.machines import builtin_machines
-from schemas import Proposal, Rejection, RejectionCode
-from tests.unit.driver import MODEL, RUNTIME, TOOL, Driver
+from processor.pipeline import DeadLetterReason, decide_record
+from schemas import Proposal, Rejection, RejectionCode, RunSnapshot
+from tests.unit.driver import APPROVER, MODEL, RUNTIME, TOOL, Driver
 
 NOW = 1_700_000_000_000
 KEYRING = Keyring.model_validate(
@@ -170,6 +171,64 @@ def test_terminal_state() -> None:
     assert run.refuse("start").code is RejectionCode.TERMINAL_STATE
     step = run.refuse("step_started", payload={"step": "s", "idempotency_key": "k"})
     assert step.code is RejectionCode.TERMINAL_STATE
+
+
+def test_deadline_passed() -> None:
+    run = Driver(tick_ms=60_000)
+    run.create("task_lifecycle", deadlines={"approval_timeout_ms": 90_000})
+    run.commit("start")
+    run.commit("pause_for_approval")  # the approval deadline: 90 s from here
+    run.now += 30_000  # the approval comes at exactly the due time: too late
+    late = run.refuse("approval_granted", APPROVER)
+    assert late.code is RejectionCode.DEADLINE_PASSED
+    assert "'timeout' is decided first" in late.detail and late.state == "paused"
+    # the deadline's own proposal is decided, and the run fails by timeout
+    timed_out = run.commit("timeout", reason="approval_timeout", expected_revision=2)
+    assert timed_out.snapshot.state == "failed"
+    assert run.refuse("approval_granted", APPROVER).code is RejectionCode.TERMINAL_STATE
+
+
+def test_state_too_large() -> None:
+    keyring = Keyring.model_validate(
+        {"keys": {"rt": {"secret": "s" * 32, "source": "runtime", "authority": "runtime"}}}
+    )
+    snapshots: dict[str, RunSnapshot] = {}
+
+    def propose(n: int, event: str, payload: dict[str, object]) -> Commit | Rejection:
+        value = json.dumps(
+            {"proposal_id": f"p{n}", "run_id": "r1", "event": event, "payload": payload}
+        ).encode()
+        outcome = decide_record(
+            b"r1",
+            value,
+            signed_headers(value, "rt", "s" * 32),
+            NOW + n,
+            keyring=keyring,
+            machines=builtin_machines(),
+            lookup=snapshots.get,
+            max_state_bytes=20_000,
+        )
+        assert not isinstance(outcome, DeadLetterReason)
+        if isinstance(outcome, Commit):
+            assert outcome.encoded is not None and len(outcome.encoded[1]) <= 20_000
+            snapshots["r1"] = outcome.snapshot
+        return outcome
+
+    assert isinstance(propose(0, "create", {"machine": "task_lifecycle"}), Commit)
+    assert isinstance(propose(1, "start", {}), Commit)
+    n = 2
+    while True:  # each step's result is kept in the run's ledger: the snapshot grows
+        step = f"s{n}"
+        propose(n, "step_started", {"step": step, "idempotency_key": step})
+        outcome = propose(n + 1, "step_succeeded", {"step": step, "result": "x" * 4_000})
+        n += 2
+        if isinstance(outcome, Rejection):
+            break
+    assert outcome.code is RejectionCode.STATE_TOO_LARGE
+    assert "limit is 20000" in outcome.detail and outcome.revision == snapshots["r1"].revision
+    assert snapshots["r1"].steps[f"s{n - 2}"].status == "executing"  # the run stayed as it was
+    # the run still takes what fits
+    assert isinstance(propose(n, "complete", {}), Commit)
 
 
 def test_invalid_transition() -> None:

@@ -28,7 +28,7 @@ def test_approval_deadline_armed_on_entering_paused() -> None:
 
 
 def test_run_options_override_deadlines() -> None:
-    run = Driver()
+    run = Driver(tick_ms=100)  # each proposal before the 200 ms heartbeat deadline
     run.create(
         "task_lifecycle", deadlines={"approval_timeout_ms": 500, "heartbeat_timeout_ms": 200}
     )
