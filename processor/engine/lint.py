@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from schemas.machine import GuardKind, MachineSpec
 
+#: The authority the worker's timers propose deadlines with.
+TIMER_AUTHORITY = "runtime"
 #: Events every machine understands without declaring them.
 CREATE_EVENT = "create"
 HEARTBEAT_EVENT = "heartbeat"
@@ -114,6 +116,17 @@ def lint(spec: MachineSpec) -> list[LintIssue]:
                     (*where, "reason"),
                     f"({timeout.state}, {timeout.event}) needs a reason from "
                     f"{', '.join(armed_edge.reasons)}; the deadline gives {timeout.reason!r}",
+                )
+            )
+        event_spec = spec.events.get(timeout.event)
+        if event_spec is not None and TIMER_AUTHORITY not in event_spec.authorities:
+            # The worker proposes the deadline with its runtime key: refused, it would
+            # leave the run waiting on a timeout that can never commit.
+            issues.append(
+                LintIssue(
+                    (*where, "event"),
+                    f"the deadline proposes '{timeout.event}', which authority "
+                    f"'{TIMER_AUTHORITY}' (the worker's timers) may not send",
                 )
             )
         if (timeout.state, timeout.kind) in armed:

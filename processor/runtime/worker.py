@@ -82,6 +82,8 @@ HUNG_AFTER_S = 5.0
 SEND_OFFSETS_TIMEOUT_S = 10.0
 LAG_INTERVAL_S = 1.0
 QUEUE_FULL_LIMIT_S = 60.0
+# For the DLQ record of a record whose outcome the broker refused: a few KB of its bytes.
+SMALL = RecordLimits(default=8 * 1024)
 
 # Clients of a worker that gave up on them (ClientBroken). Dropping the last reference
 # would run their destructors, and rd_kafka_destroy / consumer close block for as long
@@ -466,12 +468,14 @@ class Worker:
         began = time.perf_counter()
         outcome = self._decide(store, source, msg.headers())
         self.metrics.decision.observe(time.perf_counter() - began)
+        # A poisoned record's DLQ record stays small: it must fit whatever the broker takes.
+        limits = self.limits if self.quarantine.poisoned(partition, offset) is None else SMALL
         try:
-            records = outcome_records(self.topics, outcome, source, self.limits)
+            records = outcome_records(self.topics, outcome, source, limits)
         except Exception as exc:  # a bug must not turn one record into a stalled partition
             log.exception("publishing %s[%s]@%s failed", source.topic, partition, offset)
             outcome = DeadLetterReason(f"internal error while encoding its outcome: {exc!r}")
-            records = [dead_letter_record(self.topics, source, outcome.reason, self.limits)]
+            records = [dead_letter_record(self.topics, source, outcome.reason, SMALL)]
         self._begin()
         run_id = (
             outcome.snapshot.run_id
@@ -548,10 +552,19 @@ class Worker:
                     ):
                         continue
                     self._begin()
-                    if timer.kind == "deadline":
-                        self._fire_deadline(partition, snapshot, timer)
-                    else:
-                        self._raise_alert(partition, snapshot, timer, now_ms)
+                    try:
+                        if timer.kind == "deadline":
+                            self._fire_deadline(partition, snapshot, timer)
+                        else:
+                            self._raise_alert(partition, snapshot, timer, now_ms)
+                    except (KafkaException, WorkerError):
+                        raise
+                    except Exception:  # a bug must not crash-loop the worker on one timer
+                        log.exception(
+                            "timer %s of run %s could not fire; marked fired, not retried",
+                            timer.name,
+                            run_id,
+                        )
                     marks = store.stage_fired(run_id, timer.revision, timer.name)
                     self._produce(
                         self.topics.changelog,
@@ -565,7 +578,9 @@ class Worker:
         assert timer.event is not None
         proposal = Proposal(
             # Deterministic: were it ever sent twice, the second would be a `duplicate`.
-            proposal_id=f"timer:{snapshot.run_id}:{timer.revision}:{timer.name}",
+            # Proposal ids are per run, so the run id is not in it (a long one would not
+            # fit the id's 128 bytes: the punctuator failed on every tick).
+            proposal_id=f"timer:{timer.revision}:{timer.name}",
             run_id=snapshot.run_id,
             event=timer.event,
             reason=timer.reason,

@@ -139,6 +139,21 @@ def test_deadline_lint() -> None:
         + "timeouts:\n  - {kind: approval, state: reviewing, event: drop, after_ms: 5}\n"
     )
     assert any("needs a reason from stale" in p for p in lint_machine_text(reason, "m.yaml"))
+    # the worker's timers propose with a runtime key: a deadline event only approvers may
+    # send would be refused, and leave the run waiting on it
+    approvers_only = (
+        GOOD.replace(
+            "{from: reviewing, event: drop, to: dropped}",
+            "{from: reviewing, event: approve2, to: dropped}",
+        ).replace(
+            "  drop: {authorities: [runtime, approver]}", "  approve2: {authorities: [approver]}"
+        )
+        + "timeouts:\n  - {kind: approval, state: reviewing, event: approve2, after_ms: 5}\n"
+    )
+    problems = lint_machine_text(approvers_only, "m.yaml")
+    assert any(
+        "which authority 'runtime' (the worker's timers) may not send" in p for p in problems
+    )
 
 
 def test_fast_canonical_json_matches_the_reference() -> None:

@@ -1,0 +1,104 @@
+"""The partition store under hostile conditions: its layout's version checked at open,
+records it cannot read skipped on restore, and its cache shared with HTTP threads."""
+
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from processor.runtime import store as store_module
+from processor.runtime.store import (
+    FIRED_CHANGELOG_PREFIX,
+    PartitionStore,
+    StoreFormatError,
+)
+from tests.unit.driver import Driver
+
+
+def _committed(store: PartitionStore, run_id: str, machine: str = "run_state") -> None:
+    run = Driver(run_id=run_id)
+    store.stage(run.create(machine))
+    store.flush({"changelog": 1})
+
+
+def test_a_newer_layout_is_refused_and_an_older_one_rebuilt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = PartitionStore(tmp_path / "p0")
+    _committed(store, "r1")
+    store.close()
+
+    monkeypatch.setattr(store_module, "STORE_FORMAT", 0)
+    with pytest.raises(StoreFormatError, match="newer than this worker"):
+        PartitionStore(tmp_path / "p0")
+
+    monkeypatch.setattr(store_module, "STORE_FORMAT", 2)
+    rebuilt = PartitionStore(tmp_path / "p0")  # an older layout: emptied, restore refills
+    assert rebuilt.committed_snapshot("r1") is None and rebuilt.offset("changelog") is None
+    rebuilt.close()
+    again = PartitionStore(tmp_path / "p0")  # and marked with the new layout
+    assert again.offset("changelog") is None
+    again.close()
+
+
+def test_restore_skips_what_it_cannot_read(tmp_path: Path) -> None:
+    good = Driver(run_id="good").create("task_lifecycle")
+    # A run id that spells the fired-mark prefix (older versions let one commit), a key
+    # that is not UTF-8, a value that is not a snapshot, a transition without revision.
+    spelled = Driver(run_id="x").create("run_state").snapshot.model_dump_json().encode()
+    store = PartitionStore(tmp_path / "p0")
+    store.restore(
+        [
+            (FIRED_CHANGELOG_PREFIX + b"evil", spelled),
+            (b"\xff\xfe", good.snapshot.model_dump_json().encode()),
+            (b"junk", b"not json"),
+            (b"good", good.snapshot.model_dump_json().encode()),
+        ],
+        [(b"good", good.transition.model_dump_json().encode()), (b"good", b"{}")],
+        {"changelog": 4, "transitions": 2},
+    )
+    assert store.committed_snapshot("good") == good.snapshot
+    assert [t.revision for t in store.history("good")] == [0]
+    assert store.unreadable == 4
+    assert store.offset("changelog") == 4  # and restore does not stop there
+    store.close()
+
+
+def test_the_cache_is_safe_under_concurrent_readers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # HTTP threads read snapshots while the worker commits: with a small cache every
+    # commit evicts, the case that turned a valid proposal into an "internal error".
+    monkeypatch.setattr(store_module, "_CACHE_SIZE", 3)
+    store = PartitionStore(tmp_path / "p0")
+    ids = [f"r{i}" for i in range(12)]
+    for run_id in ids:
+        _committed(store, run_id)
+    failures: list[BaseException] = []
+    stop = threading.Event()
+
+    def reader() -> None:
+        try:
+            while not stop.is_set():
+                for run_id in ids[:3]:  # mostly cached: found, then moved to the end
+                    assert store.committed_snapshot(run_id) is not None
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=reader) for _ in range(3)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads between any two bytecodes, nearly
+    for thread in threads:
+        thread.start()
+    try:
+        for _ in range(300):
+            for run_id in ids:  # every one a miss that evicts another
+                store.committed_snapshot(run_id)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+        sys.setswitchinterval(interval)
+    store.close()
+    assert failures == []
