@@ -94,7 +94,7 @@ def bench_mixed(n: int) -> float:
 
 @dataclass
 class SeedTask:
-    """Seed 003 §8 `AgentTaskStateMachine.transition`, in memory, without SQLite."""
+    """The reference `AgentTaskStateMachine.transition` of the task lifecycle spec, in memory, without SQLite."""
 
     state: str = "running"
     retry_count: int = 0

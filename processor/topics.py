@@ -59,7 +59,7 @@ def plan_topics(names: TopicNames, partitions: int, replication: int) -> list[To
             "proposals",
             partitions,
             replication,
-            # The broker's append time is the time of each decision (DESIGN.md, Time);
+            # The broker's append time is the time of each decision;
             # kept forever: it is the complete input log that replay and verify read.
             {"message.timestamp.type": "LogAppendTime", **forever, **isr},
         ),

@@ -51,7 +51,7 @@ class TransitionSpec(WireModel):
 
 
 class RetryPolicy(WireModel):
-    """Seed 003 §5: `retry` spends the budget; past it, only `exhausted_event` may follow."""
+    """The retry budget: `retry` spends it; past it, only `exhausted_event` may follow."""
 
     event: Name = "retry"
     exhausted_event: Name | None = "max_retries_exceeded"
@@ -81,7 +81,7 @@ class TimeoutSpec(WireModel):
 
 
 class AlertSpec(WireModel):
-    """Seed 003 §7: an alert record when a run stays `after_ms` in `state` (and, for
+    """An alert record when a run stays `after_ms` in `state` (and, for
     flapping, has retried at least `min_retry_count` times)."""
 
     rule: Name

@@ -159,7 +159,7 @@ class Transition(VersionedMessage):
 
 
 class Alert(VersionedMessage):
-    """Seed 003 §7: a run has been too long in a state (or flaps between retries)."""
+    """A run has been too long in a state (or flaps between retries): an alert rule fired."""
 
     run_id: RunId
     machine: Name

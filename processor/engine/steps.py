@@ -1,4 +1,4 @@
-"""The step ledger (seed 003 §5 `execute_idempotent`), enforced by the engine.
+"""The step ledger (execute a step at most once, by its idempotency key), enforced by the engine.
 
 A step moves none → executing → succeeded | failed; a failed or still-executing step
 may be started again (the agent checked the outside world first). A succeeded step

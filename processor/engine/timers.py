@@ -1,5 +1,5 @@
 """Which timers a run arms after a commit: deadlines (a proposal the processor will
-send) and alerts (seed 003 §7). Pure: due times derive from the commit's broker time,
+send) and alerts (a run too long in a state). Pure: due times derive from the commit's broker time,
 and the retry jitter from the run id and revision, so a replay arms the same timers.
 """
 

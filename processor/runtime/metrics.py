@@ -19,7 +19,7 @@ from processor.pipeline import DeadLetterReason, Outcome
 from schemas.codes import RejectionCode
 from schemas.messages import Rejection, RunSnapshot
 
-# Seed 003 §7: a run recovers when it leaves one of these for running again.
+# A run recovers when it leaves one of these for running again.
 RECOVERABLE = frozenset({"paused", "blocked", "retrying", "waiting", "waiting_approval"})
 _STATE_SECONDS = (0.1, 1, 5, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
 _FAST_SECONDS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.1, 0.5, 1)
@@ -102,7 +102,7 @@ class WorkerMetrics:
         )
         self.alerts = Counter(
             "runstate_alerts",
-            "Alert records raised (seed 003 §7 rules armed as timers).",
+            "Alert records raised (the machines' alert rules, armed as timers).",
             ["machine", "rule"],
             registry=r,
         )

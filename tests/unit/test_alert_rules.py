@@ -1,4 +1,4 @@
-"""Seed 003 §7's alert rules: valid for Prometheus, and each fires when it should.
+"""The task alert rules: valid for Prometheus, and each fires when it should.
 
 promtool comes with Debian's `prometheus` package; `make test` installs it (see the
 Makefile's `tools` step) and this test fails, not skips, without it."""

@@ -49,5 +49,5 @@ def test_alert_rules_query_exported_metrics() -> None:
         for rule in group["rules"]
         for name in NAME.findall(rule["expr"])
     }
-    assert len(rules["groups"][0]["rules"]) == 6  # seed 003 §7
+    assert len(rules["groups"][0]["rules"]) == 6  # the six task alert rules
     assert used and used <= exported(), sorted(used - exported())
