@@ -148,9 +148,9 @@ def verify_runs_across_partitions(transitions: Mapping[int, Sequence[Record]]) -
                     Finding(
                         partition,
                         record.offset,
-                        f"run '{found.run_id}' has a second chain here: its transitions "
-                        f"began in partition {first[0]} (offset {first[1]}); a run's "
-                        "proposals must all be keyed by its run id (murmur2 partitioner)",
+                        f"run '{found.run_id}' has a second chain here: it also has "
+                        f"transitions in partition {first[0]} (from offset {first[1]}); a "
+                        "run's proposals must all be keyed by its run id (murmur2)",
                     )
                 )
     return findings

@@ -1,6 +1,6 @@
 """Replay from transitions and verification against proposals, without a broker."""
 
-from processor.audit import Record, verify_partition
+from processor.audit import Record, verify_partition, verify_runs_across_partitions
 from processor.engine import Commit
 from processor.intake import signed_headers
 from processor.keyring import Keyring, generate_keyring
@@ -114,3 +114,15 @@ def test_verify_passes_on_a_clean_history_and_names_the_altered_offset() -> None
     assert any("missing" in f.detail and f.offset is None for f in found)
     extra = verify_partition(0, proposals[:2], transitions, machines=MACHINES, keyring=keyring)
     assert any("follows from no proposal" in f.detail for f in extra)
+
+
+def test_verify_reports_a_run_with_chains_in_two_partitions() -> None:
+    # Each partition's chain is intact on its own; the run has two creations between them
+    # (a producer that partitioned by another hash, or a key that was not the run id).
+    keyring, proposals, transitions = _records()
+    assert verify_runs_across_partitions({0: transitions}) == []
+    moved = [Record(2, r.offset, r.key, r.value, None, 0) for r in transitions[:2]]
+    assert verify_partition(2, proposals[:2], moved, machines=MACHINES, keyring=keyring) == []
+    findings = verify_runs_across_partitions({0: transitions, 2: moved})
+    assert len(findings) == 1 and findings[0].partition == 2
+    assert "second chain" in findings[0].detail and "partition 0" in findings[0].detail
