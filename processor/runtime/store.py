@@ -74,7 +74,7 @@ def _timers_of(snapshot: RunSnapshot | None) -> list[tuple[int, int, str]]:
 # What the indexes need from a snapshot record, found without decoding it when it has no
 # timers: RunSnapshot's fields put `machine` and `state` before any free-form field and
 # end with `entered_state_at_ms` (inside a JSON string the quotes would be escaped).
-_NO_TIMERS = b'"timers":[]'
+_TIMERS_FIELD = b'"timers":'
 _MACHINE = re.compile(rb'"machine":"([^"\\]*)"')
 _STATE = re.compile(rb'"state":"([^"\\]*)"')
 _ENTERED = re.compile(rb'"entered_state_at_ms":(\d+)}\s*$')
@@ -82,7 +82,11 @@ _ENTERED = re.compile(rb'"entered_state_at_ms":(\d+)}\s*$')
 
 def _index_fields(value: bytes) -> tuple[tuple[str, str, int], list[tuple[int, int, str]]]:
     """((machine, state, entered_state_at_ms), timers) of a snapshot record."""
-    if _NO_TIMERS in value:
+    # The last `"timers":` is the field: only hex and integers follow it, while a step
+    # result before it may hold that very text (it did: a result {"timers": []} hid the
+    # run's real timers from the index, and its deadlines never fired after a restore).
+    at = value.rfind(_TIMERS_FIELD)
+    if at >= 0 and value.startswith(b"[]", at + len(_TIMERS_FIELD)):
         machine, state = _MACHINE.search(value), _STATE.search(value)
         entered = _ENTERED.search(value)
         if machine and state and entered:

@@ -102,3 +102,20 @@ def test_the_cache_is_safe_under_concurrent_readers(
         sys.setswitchinterval(interval)
     store.close()
     assert failures == []
+
+
+def test_restore_indexes_timers_behind_a_step_result_that_spells_the_field(
+    tmp_path: Path,
+) -> None:
+    run = Driver(run_id="r1", tick_ms=10)
+    run.create("task_lifecycle", deadlines={"heartbeat_timeout_ms": 60_000})
+    run.commit("start")
+    run.commit("step_started", payload={"step": "s", "idempotency_key": "k"})
+    done = run.commit("step_succeeded", payload={"step": "s", "result": {"timers": []}})
+    assert done.snapshot.timers  # the heartbeat deadline, armed
+    value = done.snapshot.model_dump_json().encode()
+    assert b'"timers":[]' in value  # the step result spells an empty timer list
+    store = PartitionStore(tmp_path / "p0")
+    store.restore([(b"r1", value)], [], {"changelog": 1})
+    assert store.due_runs(done.snapshot.timers[0].due_at_ms) == ["r1"]
+    store.close()
