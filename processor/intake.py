@@ -79,7 +79,8 @@ def decode_proposal(
         except ValidationError as exc:
             invalid = exc
     try:
-        data = json.loads(value)
+        # Strict UTF-8 first: json.loads(bytes) would let raw surrogate bytes through.
+        data = json.loads(value.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         return Undecodable(f"value is not UTF-8 JSON: {exc}")
     except RecursionError:  # found by the fault harness: 50,000 nested arrays

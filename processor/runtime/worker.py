@@ -11,6 +11,7 @@ On any failure before 4 the transaction is aborted, staged state dropped and the
 consumer rewound to the committed offsets: nothing is half-applied.
 """
 
+import hashlib
 import logging
 import os
 import threading
@@ -52,7 +53,7 @@ from processor.runtime.restore import restore_partitions
 from processor.runtime.statedir import StateDir, StateDirBusy
 from processor.runtime.store import FIRED_CHANGELOG_PREFIX, InState, PartitionStore
 from processor.topics import TopicNames, describe_topics, max_message_bytes, plan_topics
-from schemas.identifiers import MAX_RUN_ID_BYTES
+from schemas.identifiers import MAX_PROPOSAL_ID_BYTES, MAX_RUN_ID_BYTES
 from schemas.messages import Alert, Proposal, Rejection, RunSnapshot, Timer
 
 log = logging.getLogger("runstate.worker")
@@ -577,10 +578,7 @@ class Worker:
     def _fire_deadline(self, partition: int, snapshot: RunSnapshot, timer: Timer) -> None:
         assert timer.event is not None
         proposal = Proposal(
-            # Deterministic: were it ever sent twice, the second would be a `duplicate`.
-            # Proposal ids are per run, so the run id is not in it (a long one would not
-            # fit the id's 128 bytes: the punctuator failed on every tick).
-            proposal_id=f"timer:{timer.revision}:{timer.name}",
+            proposal_id=timer_proposal_id(snapshot.run_id, timer),
             run_id=snapshot.run_id,
             event=timer.event,
             reason=timer.reason,
@@ -814,6 +812,18 @@ class Worker:
     # -- queries (HTTP threads) -------------------------------------------------
     def owner_store(self, partition: int) -> PartitionStore | None:
         return self.stores.get(partition)
+
+
+def timer_proposal_id(run_id: str, timer: Timer) -> str:
+    """The id of a deadline's proposal. Deterministic: were it ever sent twice, the second
+    would be a `duplicate`. It names the run, so it is unique across runs too (tools key
+    outcomes by it); a run id too long for the id's 128 bytes is named by its SHA-256
+    (seen: a long run id made the punctuator fail on every tick)."""
+    readable = f"timer:{run_id}:{timer.revision}:{timer.name}"
+    if len(readable.encode()) <= MAX_PROPOSAL_ID_BYTES:
+        return readable
+    digest = hashlib.sha256(run_id.encode()).hexdigest()[:32]
+    return f"timer:{digest}:{timer.revision}:{timer.name}"
 
 
 def assignment_strategy(static_membership: bool) -> str:

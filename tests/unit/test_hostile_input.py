@@ -1,5 +1,6 @@
-"""Every kind of hostile record ends as the outcome it must: a DLQ record or a
-rejection with its code, never an exception (the pure pipeline, no broker)."""
+"""Every kind of hostile record ends as the outcome it must: a DLQ record, a rejection
+with its code, or (hostile-looking but valid input) a commit, never an exception (the
+pure pipeline, no broker)."""
 
 from collections import Counter
 
@@ -8,7 +9,7 @@ from processor.keyring import generate_keyring
 from processor.machines import builtin_machines
 from processor.pipeline import DeadLetterReason, decide_record
 from schemas.messages import Rejection
-from tests.faults.hostile import DLQ, RawRecord, hostile_records
+from tests.faults.hostile import COMMIT, DLQ, WELL_FORMED, RawRecord, hostile_records
 
 NOW = 1_800_000_000_000
 
@@ -27,7 +28,7 @@ def test_each_hostile_kind_ends_as_its_outcome() -> None:
     )
     assert isinstance(run, Rejection)  # unsigned: proves nothing is decided before auth
     good = [RawRecord(b"r1", b'{"run_id": "r1", "event": "start"}', [])]
-    records = hostile_records(["r1"], good, 400, keyring)
+    records = hostile_records(["r1"], good, 1_000, keyring)
     kinds: Counter[str] = Counter()
     for record in records:
         outcome = decide_record(
@@ -44,6 +45,12 @@ def test_each_hostile_kind_ends_as_its_outcome() -> None:
             continue
         if record.expect == DLQ:
             assert isinstance(outcome, DeadLetterReason), (record.kind, outcome)
+        elif record.expect == COMMIT:
+            assert isinstance(outcome, Commit), (record.kind, outcome)
+        elif record.expect == WELL_FORMED:
+            assert not isinstance(outcome, Commit | DeadLetterReason), (record.kind, outcome)
+            # on a run that does not exist: refused unknown_run, after the schema passed
+            assert outcome.code.value == "unknown_run", (record.kind, outcome.code, outcome.detail)
         else:
             assert not isinstance(outcome, Commit | DeadLetterReason), (record.kind, outcome)
             assert outcome.code.value == record.expect or (
@@ -52,4 +59,37 @@ def test_each_hostile_kind_ends_as_its_outcome() -> None:
                 outcome.code.value == "unknown_run"
                 and record.kind in ("unknown event", "absurd revision")
             ), (record.kind, outcome.code, outcome.detail)
-    assert len(kinds) >= 17
+    new_kinds = (
+        {
+            f"{what} in {field}, {signing}"
+            for what in ("lone surrogate", "control character", "over-long id")
+            for field in ("run_id", "proposal_id")
+            for signing in ("signed", "unsigned")
+        }
+        | {
+            f"lone surrogate (raw bytes) in {field}, {signing}"
+            for field in ("run_id", "proposal_id")
+            for signing in ("signed", "unsigned")
+        }
+        | {
+            f"lone surrogate in {where}, {signing}"
+            for where in ("payload", "metadata")
+            for signing in ("signed", "unsigned")
+        }
+        | {
+            f"key is the run id with invalid UTF-8 {how}"
+            for how in ("appended", "inserted", "replacing a byte")
+        }
+        | {
+            "huge key, signed proposal",
+            "huge key, not a proposal",
+            "large value, random bytes",
+            "large value, JSON array",
+            "large value, proposal cut short",
+            "arbitrary Unicode in a create",
+            "ids at their byte limits",
+            "arbitrary Unicode in a step",
+        }
+    )
+    assert new_kinds <= set(kinds), sorted(new_kinds - set(kinds))
+    assert len(kinds) >= 17 + len(new_kinds)
