@@ -94,7 +94,8 @@ def bench_mixed(n: int) -> float:
 
 @dataclass
 class SeedTask:
-    """The reference `AgentTaskStateMachine.transition` of the task lifecycle spec, in memory, without SQLite."""
+    """The task lifecycle spec's reference `AgentTaskStateMachine.transition`, in memory,
+    without SQLite."""
 
     state: str = "running"
     retry_count: int = 0

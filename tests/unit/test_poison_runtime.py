@@ -1,5 +1,6 @@
-"""The quarantine: a batch the broker keeps refusing is isolated, the record that
-causes it is found and set aside, and cluster trouble never counts against a record."""
+"""Poison in the worker: a batch the broker keeps refusing is isolated, the record that
+causes it is found and set aside, and cluster trouble never counts against a record;
+deadline proposal ids fit whatever the run id."""
 
 from confluent_kafka import KafkaError
 
@@ -54,3 +55,15 @@ def test_different_batches_do_not_add_up() -> None:
     q.committed(0, 12)  # what is behind is forgotten
     q.refused({0: (10, 20)}, "x")
     assert not q.active
+
+
+def test_deadline_proposal_ids_fit_and_stay_unique() -> None:
+    from processor.runtime.worker import timer_proposal_id
+    from schemas.identifiers import is_proposal_id
+    from schemas.messages import Timer
+
+    timer = Timer(kind="deadline", name="heartbeat", due_at_ms=1, event="x", revision=12)
+    assert timer_proposal_id("r-1", timer) == "timer:r-1:12:heartbeat"
+    long_ids = ["é" * 128, "é" * 127 + "e", "a" * 256]  # 256 bytes, each
+    made = {timer_proposal_id(run_id, timer) for run_id in long_ids}
+    assert len(made) == 3 and all(is_proposal_id(i) for i in made)
