@@ -7,6 +7,8 @@ them directly. Order: undecodable -> DLQ, schema_invalid, unauthenticated.
 import hashlib
 import hmac
 import json
+import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -60,7 +62,8 @@ def authenticate(value: bytes, headers: Headers, keyring: Keyring) -> Principal 
     entry = keyring.keys.get(key_id)
     if entry is None:
         return f"unknown key id '{key_id}'"
-    if not hmac.compare_digest(sign(value, entry.secret), signature):
+    # As bytes: compare_digest refuses str with non-ASCII characters (a TypeError).
+    if not hmac.compare_digest(sign(value, entry.secret).encode(), signature.encode()):
         return f"bad signature for key id '{key_id}'"
     return Principal(source=entry.source, authority=entry.authority)
 
@@ -72,12 +75,19 @@ def decode_proposal(
     if value is None:
         return Undecodable("record has no value (tombstone)")
     invalid: ValidationError | None = None
+    not_finite = False
     if len(value) <= max_bytes:
         # The common case parses once; only a refused value is parsed again, to say why.
         try:
-            return Proposal.model_validate_json(value)
+            proposal = Proposal.model_validate_json(value)
         except ValidationError as exc:
             invalid = exc
+        else:
+            if _MAYBE_NOT_FINITE.search(value) is None or (
+                _finite(proposal.payload) and _finite(proposal.metadata)
+            ):
+                return proposal
+            not_finite = True
     try:
         # Strict UTF-8 first: json.loads(bytes) would let raw surrogate bytes through.
         data = json.loads(value.decode("utf-8"))
@@ -101,9 +111,29 @@ def decode_proposal(
             at_ms=now_ms,
         )
 
+    if not_finite:
+        return refuse(
+            "payload and metadata numbers must be finite: NaN, Infinity and numbers too "
+            "large for a double are not JSON, and would be published as null"
+        )
     if invalid is None:
         return refuse(f"proposal is {len(value)} bytes; the limit is {max_bytes}")
     return refuse(describe_errors(invalid))
+
+
+# What a JSON number that is not finite looks like (the parser accepts NaN and Infinity,
+# and a huge exponent or mantissa overflows to infinity); only then is the value walked.
+_MAYBE_NOT_FINITE = re.compile(rb"NaN|Infinity|[eE]\+?[0-9]{3}|[0-9]{300}")
+
+
+def _finite(value: object) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_finite(v) for v in value)
+    return True
 
 
 def reject_unauthenticated(proposal: Proposal, why: str, now_ms: int) -> Rejection:
