@@ -1,0 +1,806 @@
+"""Property tests: no record can stop a partition (issue 13, poison records; no broker).
+
+1. The pipeline: any key, value and headers, however hostile (lone surrogates spelled as
+   JSON escapes, control characters, invalid UTF-8 in the key, values and states around
+   every size limit), end as exactly one outcome whose records the topics take.
+2. The store: runs with any valid id (non-ASCII, near 256 bytes, spelling the store's own
+   key prefixes) committed through the engine read back from every index, and a store
+   restored from the changelog and transitions records reads back the same.
+"""
+
+import base64
+import hashlib
+import json
+import shutil
+from collections import Counter
+from collections.abc import Callable
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import hypothesis
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from processor.engine import Commit
+from processor.intake import HEADER_KEY_ID, HEADER_SIGNATURE, Headers, signed_headers
+from processor.keyring import generate_keyring
+from processor.machines import builtin_machines
+from processor.pipeline import DeadLetterReason, Outcome, decide_record
+from processor.runtime.outputs import (
+    MAX_OUTPUT_KEY_BYTES,
+    OutputRecord,
+    RecordLimits,
+    Source,
+    outcome_records,
+)
+from processor.runtime.store import (
+    FIRED_CHANGELOG_PREFIX,
+    NOT_FIRED,
+    Fired,
+    InState,
+    PartitionStore,
+)
+from processor.topics import TopicNames
+from schemas.audit import transition_hash
+from schemas.codes import RejectionCode
+from schemas.identifiers import MAX_RUN_ID_BYTES, is_name, is_proposal_id, is_run_id
+from schemas.messages import DeadLetter, Rejection, RunSnapshot, StepStatus, Transition
+
+NOW = 1_800_000_000_000
+FAR_FUTURE = 2**62
+KEYRING = generate_keyring()
+MACHINES = builtin_machines()
+TOPICS = TopicNames.with_prefix()
+SOURCE_TOPIC = TOPICS.proposals
+PROPERTY = settings(
+    deadline=None,
+    database=None,  # nothing written into the working tree
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+# -- text ---------------------------------------------------------------------------
+#: Every code point: lone surrogates (JSON can spell them as `\udXXX`) and controls too.
+ANY_CHAR = st.characters(exclude_categories=())
+#: What a run id may hold: no surrogate, no C0/C1 control (category Cc is exactly those).
+ID_CHAR = st.characters(exclude_categories=("Cs", "Cc"))
+WIDE_CHAR = st.characters(min_codepoint=0x80, exclude_categories=("Cs", "Cc"))
+NASTY = [
+    "\x00fired\x00x",  # spells the changelog's fired-mark prefix
+    "\x00fired\x00",
+    "\ud800",
+    "a\udfff",
+    "\udbff\udc00",  # a pair as escapes: JSON decodes it to U+10FC00
+    "r\ufffd",  # what a lossy decode of b"r\xff" gives
+    "\ufffd",
+    "s/",
+    "t/\x00",
+    "\x7f",
+    "\x9f",
+    "a\x85b",
+    "x\ny",
+    "é" * 128,  # 256 bytes: the longest run id
+    "é" * 129,  # 258 bytes
+    "😀" * 64,
+    "😀" * 65,
+    "x" * 256,
+    "x" * 257,
+    "",
+    " ",
+    '"',
+    "\\",
+    "\u2028",
+    "\U0010ffff",
+]
+text_any = st.one_of(
+    st.text(ID_CHAR, max_size=12),
+    st.text(ANY_CHAR, max_size=12),
+    st.sampled_from(NASTY),
+)
+#: What most fields hold, so that most records get as far as the engine.
+clean_text = st.text(ID_CHAR, min_size=1, max_size=12)
+
+
+def json_values(text: st.SearchStrategy[str]) -> st.SearchStrategy[Any]:
+    scalars = st.one_of(
+        st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=False), text
+    )
+    return st.recursive(
+        scalars,
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=3), st.dictionaries(text, inner, max_size=3)
+        ),
+        max_leaves=6,
+    )
+
+
+json_value = json_values(text_any)
+clean_json = json_values(clean_text)
+
+
+def step_results(values: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Step results: small, large (around every limit), multi-byte, nested."""
+    return st.one_of(
+        values,
+        st.integers(0, 7_000).map(lambda n: "r" * n),
+        st.integers(0, 2_500).map(lambda n: "é" * n),
+        st.integers(0, 400).map(lambda n: {"rows": ["x" * 9] * n}),
+    )
+
+
+run_id_candidates = st.one_of(
+    st.sampled_from(NASTY),
+    st.text(ANY_CHAR, max_size=20),
+    st.text(ID_CHAR, min_size=1, max_size=12),
+)
+
+# -- the pipeline ---------------------------------------------------------------------
+TASK_EVENTS = [
+    "start",
+    "pause_for_approval",
+    "approval_granted",
+    "approval_denied",
+    "block_on_dependency",
+    "dependency_resolved",
+    "transient_error",
+    "retry",
+    "max_retries_exceeded",
+    "complete",
+    "fatal_error",
+    "timeout",
+]
+RUNNING_EVENTS = ["step_started", "step_succeeded", "step_failed", "heartbeat"] * 3 + [
+    "pause_for_approval",
+    "complete",
+    "transient_error",
+    "tool_result",
+]
+ALL_EVENTS = sorted({*TASK_EVENTS, *RUNNING_EVENTS, "create", "start", "run_started", "bogus"})
+STEP_NAMES = ["a", "b", "c", "d", "e"]
+#: The key id each event is signed with when it is signed validly.
+SIGNER = {"approval_granted": "approver", "approval_denied": "approver", "tool_result": "tool"}
+
+
+def _key_for(run_id: str) -> bytes:
+    """The record key a producer derives from a run id (surrogates kept as CESU bytes)."""
+    return run_id.encode("utf-8", "surrogatepass")
+
+
+def _as_sent(run_id: object) -> object:
+    """The run id the worker will see after JSON decoding (a surrogate pair combines)."""
+    return json.loads(json.dumps(run_id)) if isinstance(run_id, str) else run_id
+
+
+@st.composite
+def payloads(draw: st.DrawFn, event: str, hostile: bool, snapshot: RunSnapshot | None) -> object:
+    text, values = (text_any, json_value) if hostile else (clean_text, clean_json)
+    if event == "create":
+        options: dict[str, Any] = {}
+        if draw(st.booleans()):
+            deadlines = {
+                k: draw(st.one_of(st.integers(-5, 3_000_000), st.sampled_from([1, 10**7])))
+                for k in ("approval_timeout_ms", "heartbeat_timeout_ms", "retry_backoff_ms")
+                if draw(st.booleans())
+            }
+            options["deadlines"] = deadlines
+        if draw(st.booleans()):
+            options["max_retries"] = draw(st.integers(-1, 3))
+        machine = draw(st.sampled_from([*sorted(MACHINES), "nope", "\ud800"]))
+        return {"machine": machine, "options": options}
+    step = draw(st.sampled_from(STEP_NAMES))
+    # Mostly a step that can take the event, so the ledger (and the snapshot) grows.
+    steps = {} if snapshot is None else snapshot.steps
+    fresh = [n for n in STEP_NAMES if n not in steps or steps[n].status is not StepStatus.SUCCEEDED]
+    executing = [n for n, record in steps.items() if record.status is StepStatus.EXECUTING]
+    likely = executing if event in ("step_succeeded", "step_failed") else fresh
+    if likely and draw(st.integers(0, 3)) > 0:
+        step = draw(st.sampled_from(sorted(likely)))
+    if event == "step_started":
+        return {"step": step, "idempotency_key": draw(text)}
+    if event == "step_succeeded":
+        return {"step": step, "result": draw(step_results(values))}
+    if event == "step_failed":
+        return {"step": step, "error": draw(st.one_of(text, st.just("e" * 5_000)))}
+    if event == "tool_result":
+        return {"fact": draw(st.one_of(text, st.integers(1, 1_100).map(lambda n: "f" * n)))}
+    return draw(st.one_of(st.just({}), st.dictionaries(text, values, max_size=2)))
+
+
+def _next_event(draw: st.DrawFn, snapshot: RunSnapshot | None) -> str:
+    """Mostly an event the run can take, so sequences go deep; sometimes anything."""
+    if draw(st.integers(0, 9)) == 0:
+        return draw(st.one_of(st.sampled_from(ALL_EVENTS), text_any))
+    if snapshot is None:
+        return "create"
+    if snapshot.revision == 0:
+        return "run_started" if snapshot.machine == "owned_run" else "start"
+    if snapshot.state == "running":
+        return draw(st.sampled_from(RUNNING_EVENTS))
+    return draw(st.sampled_from(TASK_EVENTS))
+
+
+def _encode(obj: object, ascii_only: bool) -> bytes:
+    if ascii_only:  # lone surrogates and controls become \udXXX / \u0000 escapes
+        return json.dumps(obj).encode()
+    return json.dumps(obj, ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+
+@st.composite
+def proposal_values(
+    draw: st.DrawFn, run_id: str, snapshot: RunSnapshot | None, seq: int, max_bytes: int
+) -> tuple[bytes, str]:
+    """(value, event): a proposal as JSON, possibly mangled, possibly sized to the limit."""
+    # One record in four is hostile all through; the others mostly valid.
+    hostile = draw(st.integers(0, 3)) == 0
+    text, values = (text_any, json_value) if hostile else (clean_text, clean_json)
+    event = _next_event(draw, snapshot)
+    proposal_id = f"p{seq}"
+    if draw(st.integers(0, 4)) == 0:
+        ids = ["p0", "é" * 64, "é" * 65, "q" * 128, "q" * 129]
+        proposal_id = draw(st.one_of(text, st.sampled_from(ids)))
+    obj: dict[str, Any] = {"run_id": run_id, "proposal_id": proposal_id, "event": event}
+    if draw(st.integers(0, 4)) > 0:
+        obj["payload"] = draw(payloads(event, hostile, snapshot))
+    if draw(st.integers(0, 3)) == 0:
+        obj["metadata"] = draw(st.dictionaries(text, values, max_size=3))
+    if draw(st.integers(0, 3)) == 0:
+        obj["reason"] = draw(st.one_of(text, st.sampled_from(["why" * 85, "why" * 86])))
+    if draw(st.integers(0, 3)) == 0:
+        obj["expected_revision"] = draw(st.one_of(st.integers(-1, 4), st.booleans()))
+    mangle = draw(st.integers(0, 29)) if hostile else -1
+    if mangle == 0:
+        del obj[draw(st.sampled_from(sorted(obj)))]
+    elif mangle == 1:
+        obj[draw(text_any)] = draw(json_value)
+    elif mangle == 2:
+        obj[draw(st.sampled_from(sorted(obj)))] = draw(json_value)
+    elif mangle == 3:
+        obj["schema_version"] = draw(st.sampled_from([0, 1, 2, "1", None]))
+    ascii_only = not hostile or draw(st.booleans())
+    value = _encode(obj, ascii_only)
+    if draw(st.integers(0, 3)) == 0:  # exactly around the proposal limit
+        want = max_bytes + draw(st.integers(-2, 2))
+        found = obj.get("metadata")
+        meta: dict[str, Any] = found if isinstance(found, dict) else {}
+        base = _encode({**obj, "metadata": {**meta, "pad": ""}}, ascii_only)
+        if len(base) <= want:
+            padded = {**obj, "metadata": {**meta, "pad": "x" * (want - len(base))}}
+            value = _encode(padded, ascii_only)
+            assert len(value) == want
+    return value, event
+
+
+@st.composite
+def record_keys(draw: st.DrawFn, run_id: object) -> bytes | None:
+    exact = _key_for(run_id) if isinstance(run_id, str) else str(run_id).encode()
+    kind = draw(st.sampled_from(["exact"] * 12 + ["none", "bytes", "append", "lossy", "long"]))
+    if kind == "exact":
+        return exact
+    if kind == "none":
+        return None
+    if kind == "bytes":
+        return draw(st.binary(max_size=40))
+    bad = draw(st.sampled_from([b"\xff", b"\x80", b"\xc3", b"\xe2\x82", b"\xed\xa0\x80"]))
+    if kind == "append":
+        return exact + bad
+    if kind == "lossy":  # differs from the run id only where a lossy decode would hide it
+        if "\ufffd".encode() in exact:
+            return exact.replace("\ufffd".encode(), bad)
+        at = draw(st.integers(0, len(exact)))
+        return exact[:at] + bad + exact[at + 1 :]
+    return exact + b"k" * (MAX_OUTPUT_KEY_BYTES + 10)
+
+
+@st.composite
+def record_headers(draw: st.DrawFn, value: bytes | None, event: object) -> Headers:
+    kind = draw(st.sampled_from(["signed"] * 11 + ["none", "junk", "bad", "other", "dict", "dict"]))
+    key_id = SIGNER.get(event, "runtime") if isinstance(event, str) else "runtime"
+    if draw(st.integers(0, 9)) == 0:
+        key_id = draw(st.sampled_from(sorted(KEYRING.keys)))
+    secret = KEYRING.keys[key_id].secret
+    signed = signed_headers(value or b"", key_id, secret)
+    if kind == "signed":
+        return signed
+    if kind == "dict":
+        return dict(signed)
+    if kind == "none":
+        return None
+    if kind == "bad":
+        return signed_headers(value or b"", draw(st.text(ID_CHAR, max_size=12)), secret + "x")
+    if kind == "other":
+        return signed_headers((value or b"") + b" ", key_id, secret)
+    junk = draw(
+        st.lists(
+            st.tuples(
+                st.one_of(st.sampled_from([HEADER_KEY_ID, HEADER_SIGNATURE]), text_any),
+                st.one_of(st.none(), st.binary(max_size=80)),
+            ),
+            max_size=4,
+        )
+    )
+    return [*junk, *signed] if draw(st.booleans()) else junk
+
+
+@st.composite
+def records(
+    draw: st.DrawFn, run_id: str, snapshot: RunSnapshot | None, seq: int, max_bytes: int
+) -> tuple[bytes | None, bytes | None, Headers, object]:
+    """(key, value, headers, run id as sent) of one record for run `run_id`."""
+    kind = draw(st.sampled_from(["proposal"] * 16 + ["none", "bytes", "json", "cut", "deep"]))
+    event: object = None
+    value: bytes | None
+    if kind == "none":
+        value = None
+    elif kind == "bytes":
+        value = draw(st.binary(max_size=max_bytes + 10))
+    elif kind == "json":
+        value = _encode(draw(json_value), draw(st.booleans()))
+    elif kind == "deep":
+        value = draw(st.sampled_from([b"[" * 5_000, b"[" * 5_000 + b"]" * 5_000]))
+    else:
+        value, event = draw(proposal_values(run_id, snapshot, seq, max_bytes))
+        if kind == "cut":
+            value = value[: draw(st.integers(0, max(0, len(value) - 1)))]
+    sent = _as_sent(run_id)
+    return draw(record_keys(sent)), value, draw(record_headers(value, event)), sent
+
+
+def _decide(
+    key: bytes | None,
+    value: bytes | None,
+    headers: Headers,
+    at_ms: int,
+    lookup: Callable[[str], RunSnapshot | None],
+    max_bytes: int,
+    max_state_bytes: int,
+) -> Outcome:
+    return decide_record(
+        key,
+        value,
+        headers,
+        at_ms,
+        keyring=KEYRING,
+        machines=MACHINES,
+        lookup=lookup,
+        max_bytes=max_bytes,
+        max_state_bytes=max_state_bytes,
+    )
+
+
+def _records(outcome: Outcome, source: Source, limits: RecordLimits) -> list[OutputRecord]:
+    return outcome_records(TOPICS, outcome, source, limits)
+
+
+def _encoded(commit: Commit) -> tuple[bytes, bytes]:
+    assert commit.encoded is not None, "a commit comes back with its records encoded"
+    return commit.encoded
+
+
+def _kind(outcome: Outcome) -> str:
+    if isinstance(outcome, Rejection):
+        return f"rejected {outcome.code.value}"
+    return "committed" if isinstance(outcome, Commit) else "dead-lettered"
+
+
+def _b64(text: str | None) -> bytes | None:
+    return None if text is None else base64.b64decode(text, validate=True)
+
+
+def _sha(raw: bytes | None) -> str | None:
+    return None if raw is None else hashlib.sha256(raw).hexdigest()
+
+
+def check_dead_letter(record: OutputRecord, source: Source, reason: str) -> None:
+    assert record.topic == TOPICS.dlq
+    key = source.key
+    assert record.key == (key if key is None or len(key) <= MAX_OUTPUT_KEY_BYTES else None)
+    letter = DeadLetter.model_validate_json(record.value)
+    assert (letter.topic, letter.partition, letter.offset) == (
+        source.topic,
+        source.partition,
+        source.offset,
+    )
+    assert letter.at_ms == source.timestamp_ms
+    assert letter.error[:32] == reason[:32]
+    assert letter.value_length == (None if source.value is None else len(source.value))
+    assert letter.value_sha256 == _sha(source.value)
+    assert letter.key_length == (None if key is None else len(key))
+    assert letter.key_sha256 == _sha(key)
+    kept_value, kept_key = _b64(letter.value_base64), _b64(letter.key_base64)
+    assert (kept_value is None) == (source.value is None)
+    assert (kept_key is None) == (key is None)
+    if not letter.truncated:
+        assert kept_value == source.value, "a DLQ record keeps the exact original bytes"
+        assert kept_key == key
+    else:
+        assert source.value is None or source.value.startswith(kept_value or b"")
+        assert key is None or key.startswith(kept_key or b"")
+
+
+def check_outcome(
+    outcome: Outcome,
+    source: Source,
+    sent_run_id: object,
+    limits: RecordLimits,
+    max_state_bytes: int,
+) -> None:
+    kinds = [isinstance(outcome, kind) for kind in (Commit, Rejection, DeadLetterReason)]
+    assert sum(kinds) == 1, f"not exactly one outcome: {outcome!r}"
+    out = _records(outcome, source, limits)
+    if isinstance(outcome, Commit):
+        run_id = outcome.snapshot.run_id
+        assert is_run_id(run_id), f"committed an invalid run id {run_id!r}"
+        assert is_proposal_id(outcome.transition.proposal_id)
+        assert outcome.transition.run_id == run_id == sent_run_id
+        assert source.key == run_id.encode(), (
+            f"committed run {run_id!r} from a record keyed {source.key!r}"
+        )
+        transition, snapshot = _encoded(outcome)
+        assert len(transition) <= max_state_bytes and len(snapshot) <= max_state_bytes
+        assert Transition.model_validate_json(transition) == outcome.transition
+        assert RunSnapshot.model_validate_json(snapshot) == outcome.snapshot
+        assert [(r.topic, r.key, r.value) for r in out] == [
+            (TOPICS.transitions, source.key, transition),
+            (TOPICS.changelog, source.key, snapshot),
+        ]
+        return
+    assert len(out) == 1
+    (record,) = out
+    limit = limits.of(record.topic)
+    assert len(record.value) + len(record.key or b"") <= limit, (
+        f"{record.topic} record of {len(record.value)} + {len(record.key or b'')} bytes "
+        f"is over the topic's {limit}"
+    )
+    if isinstance(outcome, DeadLetterReason):
+        check_dead_letter(record, source, outcome.reason)
+        return
+    assert outcome.run_id is None or is_run_id(outcome.run_id), outcome.run_id
+    assert outcome.proposal_id is None or is_proposal_id(outcome.proposal_id)
+    assert outcome.event is None or is_name(outcome.event)
+    assert record.topic == TOPICS.rejections
+    if outcome.run_id is not None:
+        assert record.key == outcome.run_id.encode()
+    published = Rejection.model_validate_json(record.value)
+    assert (published.code, published.run_id, published.proposal_id, published.at_ms) == (
+        outcome.code,
+        outcome.run_id,
+        outcome.proposal_id,
+        outcome.at_ms,
+    )
+
+
+@settings(PROPERTY, max_examples=60)
+@given(data=st.data())
+def test_no_record_stops_the_pipeline(data: st.DataObject) -> None:
+    max_bytes = data.draw(st.sampled_from([600, 2_000, 6_000]), label="max_bytes")
+    max_state_bytes = data.draw(st.sampled_from([2_500, 5_000]), label="max_state_bytes")
+    small = data.draw(st.integers(2_500, 3_000), label="rejections/dlq limit")
+    limits = RecordLimits(by_topic={TOPICS.rejections: small, TOPICS.dlq: small})
+    # A run id that is valid takes most records, so its run goes deep; others are hostile.
+    main = data.draw(st.text(ID_CHAR, min_size=1, max_size=8), label="main run id")
+    others = data.draw(st.lists(run_id_candidates, max_size=3), label="other run ids")
+    snapshots: dict[str, RunSnapshot] = {}
+    at_ms = NOW
+    for seq in range(data.draw(st.integers(1, 40), label="records")):
+        run_id = main
+        if others and data.draw(st.integers(0, 2)) == 0:
+            run_id = data.draw(st.sampled_from(others))
+        sent = _as_sent(run_id)
+        current = snapshots.get(sent) if isinstance(sent, str) else None
+        key, value, headers, sent = data.draw(records(run_id, current, seq, max_bytes))
+        at_ms += data.draw(st.sampled_from([0, 1, 1, 1_000, 1_000, 2_000_000]))
+        outcome = _decide(key, value, headers, at_ms, snapshots.get, max_bytes, max_state_bytes)
+        assert _decide(key, value, headers, at_ms, snapshots.get, max_bytes, max_state_bytes) == (
+            outcome
+        ), "the same record must get the same outcome"
+        source = Source(SOURCE_TOPIC, 3, seq, key, value, at_ms)
+        check_outcome(outcome, source, sent, limits, max_state_bytes)
+        hypothesis.event(_kind(outcome))
+        if isinstance(outcome, Commit):
+            before = snapshots.get(outcome.snapshot.run_id)
+            assert outcome.snapshot.revision == (0 if before is None else before.revision + 1)
+            snapshots[outcome.snapshot.run_id] = outcome.snapshot
+
+
+def test_known_poison_records_end_as_outcomes() -> None:
+    """The counterexamples that once stopped a partition, pinned down."""
+    limits = RecordLimits(by_topic={TOPICS.rejections: 3_000, TOPICS.dlq: 3_000})
+    create = {"proposal_id": "p", "event": "create", "payload": {"machine": "task_lifecycle"}}
+    cases: list[tuple[bytes | None, dict[str, Any]]] = [
+        (b"\xed\xa0\x80", {"run_id": "\ud800", **create}),  # lone surrogate: rejected, keyed
+        (b"r\xff", {"run_id": "r\ufffd", **create}),  # same run id after a lossy decode
+        (b"\x00fired\x00x", {"run_id": "\x00fired\x00x", **create}),
+        ("é".encode() * 129, {"run_id": "é" * 129, **create}),
+        (b"r", {"run_id": "r", **create, "proposal_id": "\x00"}),
+    ]
+    for key, obj in cases:
+        value = json.dumps(obj).encode()
+        signed = signed_headers(value, "runtime", KEYRING.keys["runtime"].secret)
+        outcome = _decide(key, value, signed, NOW, lambda _: None, 2_000, 5_000)
+        assert isinstance(outcome, Rejection), (obj, outcome)
+        assert outcome.code is RejectionCode.SCHEMA_INVALID
+        check_outcome(outcome, Source(SOURCE_TOPIC, 0, 0, key, value, NOW), None, limits, 5_000)
+
+
+CREATE_R = (
+    b'{"run_id":"r","proposal_id":"p","event":"create","payload":{"machine":"task_lifecycle"}'
+)
+
+
+@pytest.mark.parametrize("signature", [b"\x80", "é".encode(), b"\xff" * 64], ids=["x80", "e", "ff"])
+def test_a_signature_header_that_is_not_ascii_is_refused(signature: bytes) -> None:
+    """Found by the pipeline property: any non-ASCII byte in the signature header made
+    `hmac.compare_digest` raise TypeError (a str that is not ASCII) out of decide_record."""
+    value = CREATE_R + b"}"
+    headers = [(HEADER_KEY_ID, b"runtime"), (HEADER_SIGNATURE, signature)]
+    outcome = _decide(b"r", value, headers, NOW, lambda _: None, 2_000, 5_000)
+    assert isinstance(outcome, Rejection), outcome
+    assert outcome.code is RejectionCode.UNAUTHENTICATED
+
+
+@pytest.mark.parametrize("number", [b"Infinity", b"-Infinity", b"NaN", b"1e400"])
+def test_a_commit_is_published_as_it_was_decided(number: bytes) -> None:
+    """Found by the pipeline property: JSON numbers that are not finite were accepted
+    into metadata and committed, but published as null, so the transition record read
+    back had a hash that did not match its content (and `verify` reported it)."""
+    value = CREATE_R + b',"metadata":{"x":' + number + b"}}"
+    headers = signed_headers(value, "runtime", KEYRING.keys["runtime"].secret)
+    outcome = _decide(b"r", value, headers, NOW, lambda _: None, 2_000, 5_000)
+    if isinstance(outcome, Rejection):  # refusing it is as good as keeping it
+        assert outcome.code is RejectionCode.SCHEMA_INVALID
+        return
+    assert isinstance(outcome, Commit), outcome
+    transition, _ = _encoded(outcome)
+    published = Transition.model_validate_json(transition)
+    assert transition_hash(published.__dict__) == published.hash == outcome.transition.hash
+
+
+# -- the store --------------------------------------------------------------------------
+#: The store's own namespaces and other prefixes a run id might collide with.
+PREFIXES = ["s/", "h/", "o/", "t/", "u/", "f/", "i/", "x/", "j/", "m/", "m/format", "ÿ"]
+PREFIXES += ["\u00ff\u00ff", "fired", "timer:", "task_lifecycle", "a", "ab", "/", "\ufffd"]
+
+
+def _fit(chars: list[str], slack: int) -> str:
+    """The longest prefix of `chars` within MAX_RUN_ID_BYTES - slack UTF-8 bytes."""
+    out, size = [], 0
+    for c in chars:
+        size += len(c.encode())
+        if size > MAX_RUN_ID_BYTES - slack:
+            break
+        out.append(c)
+    return "".join(out) or "z"
+
+
+valid_run_ids = st.one_of(
+    st.text(ID_CHAR, min_size=1, max_size=16),
+    st.builds(
+        lambda prefix, rest: prefix + rest, st.sampled_from(PREFIXES), st.text(ID_CHAR, max_size=6)
+    ),
+    st.builds(_fit, st.lists(WIDE_CHAR, min_size=64, max_size=260), st.integers(0, 3)),
+    st.sampled_from(["é" * 128, "😀" * 64, "x" * 256, "\U0010ffff" * 64, "ÿ" * 128]),
+).filter(is_run_id)
+#: Ids a run must never get: the pipeline refuses them before they reach a store.
+INVALID_RUN_IDS = ["\x00fired\x00x", "\x00fired\x00s/a", "t/\x00", "a\x85", "é" * 129]
+#: Per state, the events the run can take there (so runs reach every state).
+STORE_EVENTS = {
+    "planned": ["start"],
+    "running": [
+        *["step_started", "step_succeeded", "heartbeat"] * 2,
+        *["pause_for_approval", "block_on_dependency", "transient_error"] * 2,
+        "complete",
+        "fatal_error",
+    ],
+    "paused": ["approval_granted", "approval_denied"],
+    "blocked": ["dependency_resolved", "fatal_error"],
+    "retrying": ["retry", "retry", "fatal_error", "max_retries_exceeded"],
+    "done": ["start"],
+    "failed": ["complete"],
+}
+TASK_STATES = ["planned", "running", "paused", "blocked", "retrying", "done", "failed"]
+MACHINE = "task_lifecycle"
+
+
+class Model:
+    """What the store must hold: the runs as committed, their histories, fired marks,
+    and the records the worker produced to the changelog and transitions topics."""
+
+    def __init__(self) -> None:
+        self.snapshots: dict[str, RunSnapshot] = {}
+        self.history: dict[str, list[Transition]] = {}
+        self.fired: dict[str, Fired] = {}
+        self.changelog: list[tuple[bytes, bytes]] = []
+        self.transitions: list[tuple[bytes, bytes]] = []
+
+    def offsets(self) -> dict[str, int]:
+        return {TOPICS.changelog: len(self.changelog), TOPICS.transitions: len(self.transitions)}
+
+    def dues(self, run_id: str) -> list[int]:
+        marks = self.fired.get(run_id, NOT_FIRED)
+        timers = self.snapshots[run_id].timers
+        return sorted({t.due_at_ms for t in timers if not marks.covers(t.revision, t.name)})
+
+    def due_runs(self, now_ms: int) -> list[str]:
+        due = [(d, r.encode(), r) for r in self.snapshots for d in self.dues(r) if d <= now_ms]
+        return [r for _, _, r in sorted(due)]
+
+    def in_state(self, state: str) -> list[InState]:
+        runs = [s for s in self.snapshots.values() if (s.machine, s.state) == (MACHINE, state)]
+        runs.sort(key=lambda s: (s.entered_state_at_ms, s.run_id.encode()))
+        return [InState(s.entered_state_at_ms, s.run_id, s.machine, s.state) for s in runs]
+
+
+def check_store(store: PartitionStore, model: Model, now_ms: int, page: int) -> None:
+    for run_id, snapshot in model.snapshots.items():
+        assert store.snapshot(run_id) == snapshot, run_id
+        assert store.history(run_id) == model.history[run_id], run_id
+        assert store.fired(run_id) == model.fired.get(run_id, NOT_FIRED), run_id
+        for other in (run_id + "x", run_id[:-1]):
+            if other and other not in model.snapshots:
+                assert store.snapshot(other) is None
+                assert store.history(other) == []
+    assert sorted(s.run_id for s in store.runs()) == sorted(model.snapshots)
+    assert store.due_runs(FAR_FUTURE) == model.due_runs(FAR_FUTURE)
+    assert store.due_runs(now_ms) == model.due_runs(now_ms)
+    for state in TASK_STATES:
+        expected = model.in_state(state)
+        assert store.in_state(MACHINE, state, None, 10_000) == expected, state
+        paged: list[InState] = []
+        while True:
+            after = None if not paged else (paged[-1].entered_ms, paged[-1].run_id)
+            found = store.in_state(MACHINE, state, after, page)
+            paged += found
+            if len(found) < page:
+                break
+        assert paged == expected, state
+    counts = Counter((s.machine, s.state) for s in model.snapshots.values())
+    assert store.state_counts() == counts
+
+
+def _propose(
+    store: PartitionStore,
+    model: Model,
+    run_id: str,
+    obj: dict[str, Any],
+    at_ms: int,
+) -> Outcome:
+    value = json.dumps(obj).encode()
+    key_id = SIGNER.get(obj["event"], "runtime")
+    headers = signed_headers(value, key_id, KEYRING.keys[key_id].secret)
+    key = run_id.encode("utf-8", "surrogatepass")
+    outcome = _decide(key, value, headers, at_ms, store.snapshot, 4_000, 20_000)
+    source = Source(SOURCE_TOPIC, 0, len(model.changelog), key, value, at_ms)
+    out = _records(outcome, source, RecordLimits())
+    if isinstance(outcome, Commit):
+        assert is_run_id(outcome.snapshot.run_id) and key == outcome.snapshot.run_id.encode()
+        transition, snapshot = _encoded(outcome)
+        store.stage(outcome, transition, snapshot)
+        model.snapshots[run_id] = outcome.snapshot
+        model.history.setdefault(run_id, []).append(outcome.transition)
+        for record in out:
+            pairs = model.changelog if record.topic == TOPICS.changelog else model.transitions
+            pairs.append((record.key or b"", record.value))
+    return outcome
+
+
+@settings(PROPERTY, max_examples=40)
+@given(
+    run_ids=st.lists(valid_run_ids, min_size=1, max_size=6, unique=True),
+    invalid=st.lists(st.sampled_from(INVALID_RUN_IDS), max_size=2, unique=True),
+    data=st.data(),
+)
+def test_every_run_reads_back_from_the_store_and_from_a_restore(
+    tmp_path_factory: pytest.TempPathFactory,
+    run_ids: list[str],
+    invalid: list[str],
+    data: st.DataObject,
+) -> None:
+    root = tmp_path_factory.mktemp("poison-store")
+    try:
+        _store_round_trip(root, run_ids, invalid, data)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _create(
+    store: PartitionStore, model: Model, run_id: str, seq: int, data: st.DataObject
+) -> Outcome:
+    options: dict[str, Any] = {}
+    deadlines = {
+        name: data.draw(st.integers(1_000, 10_000_000), label=name)
+        for name in ("approval_timeout_ms", "heartbeat_timeout_ms", "retry_backoff_ms")
+        if data.draw(st.booleans(), label=f"has {name}")
+    }
+    if deadlines:
+        options["deadlines"] = deadlines
+    if data.draw(st.booleans(), label="has max_retries"):
+        options["max_retries"] = data.draw(st.integers(0, 2), label="max_retries")
+    payload = {"machine": MACHINE, "options": options}
+    obj = {"run_id": run_id, "proposal_id": f"c{seq}", "event": "create", "payload": payload}
+    return _propose(store, model, run_id, obj, NOW)
+
+
+def _store_round_trip(
+    root: Path, run_ids: list[str], invalid: list[str], data: st.DataObject
+) -> None:
+    model = Model()
+    store = PartitionStore(root / "live")
+    at_ms = NOW
+    seq = 0
+    for run_id in [*invalid, *run_ids]:
+        outcome = _create(store, model, run_id, seq, data)
+        seq += 1
+        if run_id in invalid:
+            assert isinstance(outcome, Rejection), f"run id {run_id!r} was accepted"
+            assert outcome.code is RejectionCode.SCHEMA_INVALID
+        else:
+            assert isinstance(outcome, Commit), outcome
+    actions = ["propose"] * 8 + ["fire", "flush", "counts"]
+    for _ in range(data.draw(st.integers(0, 40), label="actions")):
+        kind = data.draw(st.sampled_from(actions))
+        run_id = data.draw(st.sampled_from(run_ids))
+        at_ms += data.draw(st.integers(1, 3))
+        snapshot = model.snapshots[run_id]
+        if kind == "flush":
+            store.flush(model.offsets())
+        elif kind == "counts":  # counted now, kept up to date by later flushes
+            store.flush(model.offsets())
+            store.state_counts()
+        elif kind == "fire":
+            if snapshot.timers:
+                timer = data.draw(st.sampled_from(snapshot.timers))
+                marks = store.stage_fired(run_id, timer.revision, timer.name)
+                expected = model.fired.get(run_id, NOT_FIRED).with_name(timer.revision, timer.name)
+                assert marks == expected
+                model.fired[run_id] = marks
+                model.changelog.append((FIRED_CHANGELOG_PREFIX + run_id.encode(), marks.encode()))
+        else:
+            name = data.draw(st.sampled_from(STORE_EVENTS[snapshot.state]))
+            step = data.draw(st.sampled_from(STEP_NAMES[:3]))
+            payload = {
+                "step_started": {"step": step, "idempotency_key": run_id},
+                "step_succeeded": {"step": step, "result": {"by": run_id, "at": at_ms}},
+            }.get(name, {})
+            obj = {"run_id": run_id, "proposal_id": f"p{seq}", "event": name, "payload": payload}
+            seq += 1
+            _propose(store, model, run_id, obj, at_ms)
+    store.flush(model.offsets())
+    page = data.draw(st.integers(1, 3), label="page")
+    now_ms = data.draw(st.integers(NOW, NOW + 10_000_000), label="now")
+    check_store(store, model, now_ms, page)
+    assert store.offset(TOPICS.changelog) == len(model.changelog)
+    for state in sorted({s.state for s in model.snapshots.values()}):
+        hypothesis.event(f"a run {state}")
+    hypothesis.event(f"runs with due timers: {min(3, len(set(model.due_runs(FAR_FUTURE))))}")
+    if model.fired:
+        hypothesis.event("fired marks")
+    store.close()
+
+    # Restore a second store from the records the worker produced, in chunks as the
+    # restorer reads them, optionally from a compacted changelog (latest per key).
+    changelog: list[tuple[bytes, bytes | None]] = list(model.changelog)
+    if data.draw(st.booleans(), label="compacted"):
+        last = {key: i for i, (key, _) in enumerate(changelog)}
+        changelog = [pair for i, pair in enumerate(changelog) if last[pair[0]] == i]
+    cuts = data.draw(st.lists(st.integers(0, len(changelog)), max_size=2), label="cuts")
+    tcuts = data.draw(st.lists(st.integers(0, len(model.transitions)), max_size=2), label="tcuts")
+    bounds = sorted({0, *cuts, len(changelog)})
+    tbounds = sorted({0, *tcuts, len(model.transitions)})
+    chunks = [changelog[a:b] for a, b in pairwise(bounds)]
+    tchunks = [model.transitions[a:b] for a, b in pairwise(tbounds)]
+    while len(chunks) < len(tchunks):
+        chunks.append([])
+    while len(tchunks) < len(chunks):
+        tchunks.append([])
+    restored = PartitionStore(root / "restored")
+    try:
+        for i, (snaps, trans) in enumerate(zip(chunks, tchunks, strict=True)):
+            offsets = model.offsets() if i == len(chunks) - 1 else {}
+            restored.restore(snaps, trans, offsets)
+        assert getattr(restored, "unreadable", 0) == 0
+        check_store(restored, model, now_ms, page)
+        assert restored.offset(TOPICS.changelog) == len(model.changelog)
+        assert restored.offset(TOPICS.transitions) == len(model.transitions)
+    finally:
+        restored.close()
