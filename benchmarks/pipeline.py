@@ -27,16 +27,15 @@ from rich.progress import Progress
 from benchmarks.contenders import CONTENDERS, Setup
 from benchmarks.measure import drain, growth_and_restore, latency
 from benchmarks.report import machine, markdown, spread
-from benchmarks.workload import lives
+from benchmarks.workload import lives, signed
 from processor.broker.provide import provide_broker
 from processor.engine import Commit
+from processor.keyring import Keyring, dump_keyring, generate_keyring
 from processor.machines import builtin_machines
 from processor.pipeline import decide_record
 from processor.topics import TopicNames, create_topics, plan_topics
-from schemas.messages import RunSnapshot
-from tests.faults.cluster import signed_records
+from schemas.messages import Proposal, RunSnapshot
 from tests.faults.hostile import RawRecord
-from tests.integration.harness import Env, make_env
 
 PARTITIONS = 3
 FULL: dict[str, Any] = {
@@ -89,7 +88,9 @@ class Bench:
     def __init__(self, bootstrap: str, tmp: Path, console: Console) -> None:
         self.bootstrap, self.tmp, self.console = bootstrap, tmp, console
         self.admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
-        self.env: Env = make_env(bootstrap, TopicNames.with_prefix("unused."), tmp)
+        self.keyring: Keyring = generate_keyring()
+        self.keyring_path = tmp / "keyring.json"
+        self.keyring_path.write_text(dump_keyring(self.keyring))
 
     def setup(self, label: str) -> Setup:
         prefix = f"b-{uuid.uuid4().hex[:8]}."
@@ -97,24 +98,26 @@ class Bench:
         workdir = self.tmp / f"{label}-{prefix.rstrip('.')}"
         workdir.mkdir()
         return Setup(
-            self.bootstrap, prefix, self.env.keyring_path, workdir, f"g-{prefix}", self.console
+            self.bootstrap, prefix, self.keyring_path, workdir, f"g-{prefix}", self.console
         )
 
     def records(self, runs: int, proposals: int, seed: int) -> list[RawRecord]:
-        return lives(self.env.keyring, runs, proposals, seed)
+        return lives(self.keyring, runs, proposals, seed)
 
     def creates(self, first: int, last: int) -> list[RawRecord]:
-        plan = [
-            {
-                "run_id": f"m-{n}",
-                "event": "create",
-                "key": "runtime",
-                "payload": {"machine": "task_lifecycle"},
-                "proposal_id": f"m-{n}",
-            }
+        return [
+            signed(
+                self.keyring,
+                "runtime",
+                Proposal(
+                    run_id=f"m-{n}",
+                    event="create",
+                    payload={"machine": "task_lifecycle"},
+                    proposal_id=f"m-{n}",
+                ),
+            )
             for n in range(first, last)
         ]
-        return signed_records(self.env, plan)
 
 
 def main() -> None:
@@ -134,7 +137,7 @@ def main() -> None:
         results["parameters"] = {
             "runs": args.runs,
             "proposals": len(plan_records),
-            "refused_share": refused_share(bench.env, plan_records),
+            "refused_share": refused_share(bench.keyring, plan_records),
             "repeats": args.repeats,
         }
         rates: dict[str, list[float]] = {name: [] for name in chosen}
@@ -196,7 +199,7 @@ def main() -> None:
     console.print(f"wrote {args.markdown} and {args.json}")
 
 
-def refused_share(env: Env, records: list[RawRecord]) -> float:
+def refused_share(keyring: Keyring, records: list[RawRecord]) -> float:
     """The share of the input the rules refuse (decided in order, as one worker would)."""
     machines, snapshots = builtin_machines(), dict[str, RunSnapshot]()
     refused = 0
@@ -206,7 +209,7 @@ def refused_share(env: Env, records: list[RawRecord]) -> float:
             record.value,
             record.headers,
             1_800_000_000_000 + n,
-            keyring=env.keyring,
+            keyring=keyring,
             machines=machines,
             lookup=snapshots.get,
         )

@@ -23,6 +23,14 @@ from tests.faults.hostile import RawRecord
 T0_MS = 1_800_000_000_000
 
 
+def signed(keyring: Keyring, key_id: str, proposal: Proposal) -> RawRecord:
+    """`proposal` as its record on the proposals topic, signed with keyring key `key_id`."""
+    value = proposal.model_dump_json(exclude_none=True).encode()
+    return RawRecord(
+        proposal.run_id.encode(), value, signed_headers(value, key_id, keyring.keys[key_id].secret)
+    )
+
+
 class _Life:
     """One run being walked: its records so far and its snapshot as the engine left it."""
 
@@ -44,18 +52,17 @@ class _Life:
         proposal = Proposal(
             run_id=self.run_id, event=event, proposal_id=f"p-{self.seed}-{n}", **fields
         )
-        value = proposal.model_dump_json(exclude_none=True).encode()
-        headers = signed_headers(value, key, self.keyring.keys[key].secret)
+        record = signed(self.keyring, key, proposal)
         outcome = decide_record(
-            self.run_id.encode(),
-            value,
-            headers,
+            record.key,
+            record.value,
+            record.headers,
             T0_MS + n,
             keyring=self.keyring,
             machines={self.machine.name: self.machine},
             lookup=lambda _id: self.snapshot,
         )
-        self.records.append(RawRecord(self.run_id.encode(), value, headers))
+        self.records.append(record)
         if isinstance(outcome, Commit):
             self.snapshot = outcome.snapshot
 

@@ -3,6 +3,7 @@ snapshot before it, and must come out identical (hash included).
 
 This is what `runstate replay` (stores rebuilt when local state and changelog are
 gone) and `runstate get --at` (a run as it stood then) run on; pure over its inputs.
+Reading the topic and writing the stores is `processor.rebuild`'s job.
 """
 
 from collections.abc import Iterable, Mapping

@@ -19,7 +19,9 @@ def machines() -> None:
     """Machine definitions: the built-in seed machines and your own files."""
 
 
-def _catalog(paths: tuple[Path, ...]) -> dict[str, Machine]:
+def catalog(paths: tuple[Path, ...]) -> dict[str, Machine]:
+    """The built-in machines and those in `paths` (--machine-path); a click error
+    naming every problem of a file that does not load."""
     try:
         return load_catalog(paths)
     except MachineFileError as exc:
@@ -31,7 +33,7 @@ def _catalog(paths: tuple[Path, ...]) -> dict[str, Machine]:
 def list_machines(machine_paths: tuple[Path, ...]) -> None:
     """List loaded machines with their states."""
     table = Table("machine", "initial", "states", "terminal", "transitions")
-    for name, machine in sorted(_catalog(machine_paths).items()):
+    for name, machine in sorted(catalog(machine_paths).items()):
         spec = machine.spec
         table.add_row(
             name,
@@ -55,10 +57,10 @@ def list_machines(machine_paths: tuple[Path, ...]) -> None:
 )
 def show(name: str, machine_paths: tuple[Path, ...], fmt: str) -> None:
     """Print machine NAME's transition table and a Mermaid state diagram."""
-    catalog = _catalog(machine_paths)
-    machine = catalog.get(name)
+    loaded = catalog(machine_paths)
+    machine = loaded.get(name)
     if machine is None:
-        raise click.ClickException(f"no machine '{name}'; loaded: {', '.join(sorted(catalog))}")
+        raise click.ClickException(f"no machine '{name}'; loaded: {', '.join(sorted(loaded))}")
     spec = machine.spec
     if fmt in ("table", "both"):
         console = Console()

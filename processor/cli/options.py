@@ -1,13 +1,17 @@
 """One configuration convention for every command: a flag and a RUNSTATE_* variable."""
 
+import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
 
+from processor.config import KafkaSettings
 from processor.intake import DEFAULT_MAX_PROPOSAL_BYTES
 from processor.pipeline import DEFAULT_MAX_STATE_BYTES
+from processor.topics import TopicNames
 
 ENV_PREFIX = "RUNSTATE_"
 
@@ -103,3 +107,36 @@ def kafka_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """--bootstrap-servers, -X and --topic-prefix: what every command that talks to
     Kafka takes, in the same order everywhere."""
     return bootstrap_option(kafka_setting_option(topic_prefix_option(command)))  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class KafkaContext:
+    """Where a command's Kafka is and what its topics are called, resolved once."""
+
+    settings: KafkaSettings
+    topics: TopicNames
+
+
+def pass_kafka(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The options of `kafka_options`, passed to the command resolved as one
+    `kafka: KafkaContext` argument (-X and --bootstrap-servers over RUNSTATE_KAFKA_*,
+    --topic-prefix). A -X that is not key=value is a usage error naming -X."""
+
+    @functools.wraps(command)
+    def resolved(
+        *args: Any,
+        bootstrap_servers: str | None,
+        kafka_settings: tuple[str, ...],
+        topic_prefix: str,
+        **kwargs: Any,
+    ) -> Any:
+        try:
+            settings = KafkaSettings.resolve(bootstrap_servers, kafka_settings)
+        except ValueError as exc:
+            ctx = click.get_current_context()
+            param = next((p for p in ctx.command.params if p.name == "kafka_settings"), None)
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from exc
+        kafka = KafkaContext(settings, TopicNames.with_prefix(topic_prefix))
+        return command(*args, kafka=kafka, **kwargs)
+
+    return kafka_options(resolved)

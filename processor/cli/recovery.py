@@ -1,40 +1,33 @@
 """`runstate replay` and `runstate verify`: recovery and audit by replaying offsets."""
 
 import os
-import shutil
 import sys
 from datetime import datetime
 from pathlib import Path
 
 import click
-from confluent_kafka import KafkaException, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaException
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
 from processor.audit import Finding, verify_partition, verify_runs_across_partitions
+from processor.cli.machines import catalog
 from processor.cli.options import (
+    KafkaContext,
     group_id_option,
-    kafka_options,
     keyring_file_option,
     machine_path_option,
     max_proposal_bytes_option,
     max_state_bytes_option,
     option,
+    pass_kafka,
     state_dir_option,
 )
-from processor.config import KafkaSettings
-from processor.engine import Machine
-from processor.engine.parse import MachineFileError
 from processor.keyring import KeyringError, load_keyring
-from processor.machines import load_catalog
-from processor.readback import offset_for_time, read_partition, read_partitions
-from processor.replay import apply_transitions
-from processor.runtime.statedir import StateDir, StateDirBusy
-from processor.runtime.store import PartitionStore
-from processor.topics import TopicNames, create_topics, plan_topics
-from schemas.messages import Transition
+from processor.readback import read_partitions
+from processor.rebuild import RebuildError, StoresExist, partition_count, rebuild_stores
+from processor.runtime.statedir import StateDirBusy
 
 
 def parse_time(text: str) -> int:
@@ -52,22 +45,8 @@ def parse_time(text: str) -> int:
     return int(moment.timestamp() * 1000)
 
 
-def _catalog(paths: tuple[Path, ...]) -> dict[str, Machine]:
-    try:
-        return load_catalog(paths)
-    except MachineFileError as exc:
-        raise click.ClickException(f"cannot load machines:\n{exc}") from exc
-
-
-def _partitions(settings: KafkaSettings, topic: str) -> int:
-    meta = AdminClient(settings.client()).list_topics(topic, timeout=30).topics.get(topic)
-    if meta is None or meta.error is not None:
-        raise click.ClickException(f"topic {topic} does not exist")
-    return len(meta.partitions)
-
-
 @click.command()
-@kafka_options
+@pass_kafka
 @group_id_option
 @state_dir_option
 @machine_path_option
@@ -80,9 +59,7 @@ def _partitions(settings: KafkaSettings, topic: str) -> int:
 )
 @option("--force", env="REPLAY_FORCE", is_flag=True, help="Replace existing stores.")
 def replay(
-    bootstrap_servers: str | None,
-    kafka_settings: tuple[str, ...],
-    topic_prefix: str,
+    kafka: KafkaContext,
     group_id: str,
     state_dir: Path,
     machine_paths: tuple[Path, ...],
@@ -97,118 +74,61 @@ def replay(
     is created if missing). Stop the worker using --state-dir first.
     """
     console = Console()
-    settings = KafkaSettings.resolve(bootstrap_servers, kafka_settings)
-    topics = TopicNames.with_prefix(topic_prefix)
-    machines = _catalog(machine_paths)
+    machines = catalog(machine_paths)
     since = parse_time(from_time) if from_time else None
-    partitions = _partitions(settings, topics.proposals)
-    create_topics(AdminClient(settings.client()), plan_topics(topics, partitions, 1))
-    try:
-        state = StateDir(state_dir, group_id, topics.proposals).claim()
-    except StateDirBusy as exc:
-        raise click.ClickException(str(exc)) from exc
-    producer = Producer(settings.client({"transactional.id": f"{group_id}-replay-{os.getpid()}"}))
-    producer.init_transactions(60)
     table = Table("partition", "transitions read", "applied", "runs", "problems")
     problems = 0
     try:
-        with Progress(console=console) as progress:
-            task = progress.add_task("Replaying transitions", total=partitions)
-            for p in range(partitions):
-                path = state.partition(p)
-                if since is None and path.exists():
-                    if not force:
-                        raise click.ClickException(
-                            f"{path} exists; pass --force to rebuild it from offset 0, or "
-                            "--from-time to continue it"
-                        )
-                    shutil.rmtree(path)
-                store = PartitionStore(path)
-                try:
-                    start = {s.run_id: s for s in store.runs()} if since is not None else {}
-                    first = (
-                        offset_for_time(settings, topics.transitions, p, since)
-                        if since is not None
-                        else 0
-                    )
-                    records = read_partition(settings, topics.transitions, p, first)
-                    pairs = [
-                        (Transition.model_validate_json(r.value or b""), r.offset) for r in records
-                    ]
-                    result = apply_transitions(machines, pairs, start)
-                    changed = {t.run_id for t, _ in pairs}
-                    snapshots = [
-                        (run_id.encode(), result.snapshots[run_id].model_dump_json().encode())
-                        for run_id in sorted(changed)
-                        if run_id in result.snapshots
-                    ]
-                    end = (records[-1].offset + 1) if records else first
-                    changelog_end = _republish(producer, topics.changelog, p, snapshots)
-                    offsets = {topics.transitions: end}
-                    if changelog_end is not None:
-                        offsets[topics.changelog] = changelog_end
-                    history = [
-                        (t.run_id.encode(), r.value or b"")
-                        for (t, _), r in zip(pairs, records, strict=True)
-                    ]
-                    store.restore(snapshots, history, offsets)
-                finally:
-                    store.close()
-                for problem in result.problems:
+        with (
+            rebuild_stores(
+                kafka.settings,
+                kafka.topics,
+                machines,
+                state_dir,
+                group_id,
+                since_ms=since,
+                replace=force,
+            ) as rebuild,
+            Progress(console=console) as progress,
+        ):
+            task = progress.add_task("Replaying transitions", total=rebuild.partitions)
+            for p in range(rebuild.partitions):
+                done = rebuild.partition(p)
+                for problem in done.result.problems:
                     console.print(f"[red]problem[/] {problem}")
-                problems += len(result.problems)
+                problems += len(done.result.problems)
                 table.add_row(
                     str(p),
-                    str(len(records)),
-                    str(result.applied),
-                    str(len(snapshots)),
-                    str(len(result.problems)),
+                    str(done.read),
+                    str(done.result.applied),
+                    str(done.runs),
+                    str(len(done.result.problems)),
                 )
                 progress.advance(task)
+            root = rebuild.root
+    except StoresExist as exc:
+        raise click.ClickException(
+            f"{exc}; pass --force to rebuild them from offset 0, or --from-time to continue them"
+        ) from exc
+    except (RebuildError, StateDirBusy) as exc:
+        raise click.ClickException(str(exc)) from exc
     except KafkaException as exc:
         raise click.ClickException(f"{exc}; is the broker up?") from exc
-    finally:
-        state.release()
     console.print(table)
     if problems:
         console.print(f"[red]{problems} transitions could not be replayed[/]")
         sys.exit(1)
-    console.print(
-        f"stores rebuilt under {state.root}; start the worker with --state-dir {state_dir}"
-    )
-
-
-def _republish(
-    producer: Producer, topic: str, partition: int, snapshots: list[tuple[bytes, bytes]]
-) -> int | None:
-    """Write the snapshots to the changelog in one transaction; the next offset after."""
-    if not snapshots:
-        return None
-    last = [-1]
-
-    def delivered(err: object, msg: object) -> None:
-        if err is None:
-            last[0] = max(last[0], msg.offset())  # type: ignore[attr-defined]
-
-    producer.begin_transaction()
-    for key, value in snapshots:
-        producer.produce(topic, key=key, value=value, partition=partition, on_delivery=delivered)
-        producer.poll(0)
-    producer.commit_transaction(60)
-    producer.flush(30)
-    return last[0] + 1
+    console.print(f"stores rebuilt under {root}; start the worker with --state-dir {state_dir}")
 
 
 @click.command()
-@kafka_options
+@pass_kafka
 @keyring_file_option
 @machine_path_option
 @max_proposal_bytes_option
 @max_state_bytes_option
 def verify(
-    bootstrap_servers: str | None,
-    kafka_settings: tuple[str, ...],
-    topic_prefix: str,
+    kafka: KafkaContext,
     keyring_file: Path | None,
     machine_paths: tuple[Path, ...],
     max_proposal_bytes: int,
@@ -221,14 +141,16 @@ def verify(
     and follows every run's chain. Exit 1 and name the offset of each difference.
     """
     console = Console()
-    settings = KafkaSettings.resolve(bootstrap_servers, kafka_settings)
-    topics = TopicNames.with_prefix(topic_prefix)
-    machines = _catalog(machine_paths)
+    settings, topics = kafka.settings, kafka.topics
+    machines = catalog(machine_paths)
     try:
         keyring = load_keyring(keyring_file, os.environ.get("RUNSTATE_KEYRING"))
     except KeyringError as exc:
         raise click.ClickException(str(exc)) from exc
-    partitions = _partitions(settings, topics.proposals)
+    try:
+        partitions = partition_count(settings, topics.proposals)
+    except RebuildError as exc:
+        raise click.ClickException(str(exc)) from exc
     with console.status("Reading the proposals and transitions topics"):
         proposals = read_partitions(settings, topics.proposals)
         transitions = read_partitions(settings, topics.transitions)

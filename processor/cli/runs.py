@@ -9,28 +9,24 @@ from typing import Any
 
 import click
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient
 from rich.console import Console
 from rich.table import Table
 
+from processor.cli.machines import catalog
 from processor.cli.options import (
-    kafka_options,
+    KafkaContext,
     keyring_file_option,
     machine_path_option,
     option,
+    pass_kafka,
     worker_url_option,
 )
 from processor.cli.recovery import parse_time
 from processor.client import OutcomeTimeout, RunReader, RunstateClient
-from processor.config import KafkaSettings
-from processor.engine.parse import MachineFileError
 from processor.keyring import KeyringError, load_keyring
-from processor.machines import load_catalog
-from processor.partitioning import partition_for
-from processor.readback import read_partition, watermarks
-from processor.replay import apply_transitions
-from processor.topics import TopicNames
-from schemas.messages import Rejection, RunSnapshot, Transition
+from processor.readback import watermarks
+from processor.rebuild import RebuildError, run_as_of
+from schemas.messages import Rejection
 
 key_id_option = option(
     "--key-id",
@@ -49,31 +45,17 @@ timeout_option = option(
 )
 
 
-def _client(
-    bootstrap: str | None,
-    kafka_settings: tuple[str, ...],
-    prefix: str,
-    keyring_file: Path | None,
-    key_id: str,
-    worker_urls: tuple[str, ...] = (),
-) -> RunstateClient:
+def _client(kafka: KafkaContext, keyring_file: Path | None, key_id: str) -> RunstateClient:
     try:
-        settings = KafkaSettings.resolve(bootstrap, kafka_settings)
         keyring = load_keyring(keyring_file, os.environ.get("RUNSTATE_KEYRING"))
-    except (ValueError, KeyringError) as exc:
+    except KeyringError as exc:
         raise click.ClickException(str(exc)) from exc
     entry = keyring.keys.get(key_id)
     if entry is None:
         raise click.ClickException(
             f"no key '{key_id}' in the keyring; have: {', '.join(sorted(keyring.keys))}"
         )
-    return RunstateClient(
-        settings,
-        TopicNames.with_prefix(prefix),
-        key_id=key_id,
-        secret=entry.secret,
-        worker_urls=worker_urls,
-    )
+    return RunstateClient(kafka.settings, kafka.topics, key_id=key_id, secret=entry.secret)
 
 
 def _finish(client: RunstateClient, proposal_id: str, wait: bool, timeout: float) -> None:
@@ -104,7 +86,7 @@ def _finish(client: RunstateClient, proposal_id: str, wait: bool, timeout: float
     help="A fact that must be recorded before completion (repeatable).",
 )
 @option("--proposal-id", env="PROPOSAL_ID", default=None, help="Give one to retry safely.")
-@kafka_options
+@pass_kafka
 @keyring_file_option
 @key_id_option
 @wait_option
@@ -115,16 +97,14 @@ def create(
     max_retries: int | None,
     success_criteria: tuple[str, ...],
     proposal_id: str | None,
-    bootstrap_servers: str | None,
-    kafka_settings: tuple[str, ...],
-    topic_prefix: str,
+    kafka: KafkaContext,
     keyring_file: Path | None,
     key_id: str,
     wait: bool,
     timeout: float,
 ) -> None:
     """Create run RUN_ID on MACHINE (revision 0 in the machine's initial state)."""
-    client = _client(bootstrap_servers, kafka_settings, topic_prefix, keyring_file, key_id)
+    client = _client(kafka, keyring_file, key_id)
     if wait:
         client.waiter()
     pid = client.create(
@@ -144,7 +124,7 @@ def create(
 @option("--reason", env="REASON", default=None, help="Reason, where the machine needs one.")
 @option("--expected-revision", env="EXPECTED_REVISION", type=int, default=None, help="CAS check.")
 @option("--proposal-id", env="PROPOSAL_ID", default=None, help="Give one to retry safely.")
-@kafka_options
+@pass_kafka
 @keyring_file_option
 @key_id_option
 @wait_option
@@ -156,9 +136,7 @@ def propose(
     reason: str | None,
     expected_revision: int | None,
     proposal_id: str | None,
-    bootstrap_servers: str | None,
-    kafka_settings: tuple[str, ...],
-    topic_prefix: str,
+    kafka: KafkaContext,
     keyring_file: Path | None,
     key_id: str,
     wait: bool,
@@ -171,7 +149,7 @@ def propose(
         raise click.BadParameter(f"not JSON: {exc}", param_hint="--payload") from exc
     if not isinstance(data, dict):
         raise click.BadParameter("must be a JSON object", param_hint="--payload")
-    client = _client(bootstrap_servers, kafka_settings, topic_prefix, keyring_file, key_id)
+    client = _client(kafka, keyring_file, key_id)
     if wait:
         client.waiter()
     pid = client.propose(
@@ -207,16 +185,14 @@ def _reader(worker_urls: tuple[str, ...]) -> RunReader:
     default=None,
     help="The run as it stood after this offset of its transitions partition.",
 )
-@kafka_options
+@pass_kafka
 @machine_path_option
 def get(
     run_id: str,
     worker_urls: tuple[str, ...],
     at_time: str | None,
     at_offset: int | None,
-    bootstrap_servers: str | None,
-    kafka_settings: tuple[str, ...],
-    topic_prefix: str,
+    kafka: KafkaContext,
     machine_paths: tuple[Path, ...],
 ) -> None:
     """Print run RUN_ID's committed snapshot (JSON): now, from a worker's HTTP API, or
@@ -227,48 +203,17 @@ def get(
         except LookupError as exc:
             raise click.ClickException(str(exc)) from exc
     else:
-        snapshot = _snapshot_then(
-            run_id,
-            None if at_time is None else parse_time(at_time),
-            at_offset,
-            KafkaSettings.resolve(bootstrap_servers, kafka_settings),
-            TopicNames.with_prefix(topic_prefix),
-            machine_paths,
-        )
+        at_ms = None if at_time is None else parse_time(at_time)
+        machines = catalog(machine_paths)
+        try:
+            snapshot = run_as_of(
+                kafka.settings, kafka.topics, machines, run_id, at_ms=at_ms, at_offset=at_offset
+            )
+        except RebuildError as exc:
+            raise click.ClickException(str(exc)) from exc
     if snapshot is None:
         raise click.ClickException(f"no run '{run_id}' (at that point)")
     click.echo(snapshot.model_dump_json(indent=2))
-
-
-def _snapshot_then(
-    run_id: str,
-    at_ms: int | None,
-    at_offset: int | None,
-    settings: KafkaSettings,
-    topics: TopicNames,
-    machine_paths: tuple[Path, ...],
-) -> RunSnapshot | None:
-    try:
-        machines = load_catalog(machine_paths)
-    except MachineFileError as exc:
-        raise click.ClickException(str(exc)) from exc
-    partitions = AdminClient(settings.client()).list_topics(topics.transitions, timeout=30)
-    count = len(partitions.topics[topics.transitions].partitions)
-    partition = partition_for(run_id, count)
-    pairs = []
-    for record in read_partition(settings, topics.transitions, partition):
-        if record.key != run_id.encode():
-            continue
-        if at_offset is not None and record.offset > at_offset:
-            break
-        transition = Transition.model_validate_json(record.value or b"")
-        if at_ms is not None and transition.at_ms > at_ms:
-            break
-        pairs.append((transition, record.offset))
-    result = apply_transitions(machines, pairs)
-    if result.problems:
-        raise click.ClickException("; ".join(str(p) for p in result.problems))
-    return result.snapshots.get(run_id)
 
 
 @click.command()
@@ -290,23 +235,15 @@ def history(run_id: str, worker_urls: tuple[str, ...]) -> None:
 )
 @option("--from-beginning", env="FROM_BEGINNING", is_flag=True, help="Start at offset 0.")
 @option("--limit", env="LIMIT", type=int, default=0, help="Stop after this many (0: follow).")
-@kafka_options
-def tail(
-    what: str,
-    from_beginning: bool,
-    limit: int,
-    bootstrap_servers: str | None,
-    kafka_settings: tuple[str, ...],
-    topic_prefix: str,
-) -> None:
+@pass_kafka
+def tail(what: str, from_beginning: bool, limit: int, kafka: KafkaContext) -> None:
     """Follow transitions, rejections or DLQ records as JSON lines (read_committed)."""
-    settings = KafkaSettings.resolve(bootstrap_servers, kafka_settings)
-    topics = TopicNames.with_prefix(topic_prefix)
+    topics = kafka.topics
     topic = {"transitions": topics.transitions, "rejections": topics.rejections}.get(
         what, topics.dlq
     )
     consumer = Consumer(
-        settings.client(
+        kafka.settings.client(
             {
                 "group.id": "runstate-tail",
                 "enable.auto.commit": False,

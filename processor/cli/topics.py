@@ -6,19 +6,8 @@ from confluent_kafka.admin import AdminClient
 from rich.console import Console
 from rich.table import Table
 
-from processor.cli.options import (
-    kafka_options,
-    option,
-)
-from processor.config import KafkaSettings
-from processor.topics import (
-    Drift,
-    TopicNames,
-    TopicPlan,
-    create_topics,
-    describe_topics,
-    plan_topics,
-)
+from processor.cli.options import KafkaContext, option, pass_kafka
+from processor.topics import Drift, TopicPlan, create_topics, describe_topics, plan_topics
 
 partitions_option = option(
     "--partitions",
@@ -36,15 +25,8 @@ replication_option = option(
 )
 
 
-def _setup(
-    bootstrap: str | None, kafka_settings: tuple[str, ...], prefix: str, partitions: int, rf: int
-) -> tuple[AdminClient, list[TopicPlan]]:
-    try:
-        settings = KafkaSettings.resolve(bootstrap, kafka_settings)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="-X") from exc
-    admin = AdminClient(settings.client())
-    return admin, plan_topics(TopicNames.with_prefix(prefix), partitions, rf)
+def _setup(kafka: KafkaContext, partitions: int, rf: int) -> tuple[AdminClient, list[TopicPlan]]:
+    return AdminClient(kafka.settings.client()), plan_topics(kafka.topics, partitions, rf)
 
 
 @click.group()
@@ -53,20 +35,12 @@ def topics() -> None:
 
 
 @topics.command()
-@kafka_options
+@pass_kafka
 @partitions_option
 @replication_option
-def create(
-    bootstrap_servers: str | None,
-    kafka_settings: tuple[str, ...],
-    topic_prefix: str,
-    partitions: int,
-    replication_factor: int,
-) -> None:
+def create(kafka: KafkaContext, partitions: int, replication_factor: int) -> None:
     """Create the missing topics (idempotent), then report any drift of existing ones."""
-    admin, plans = _setup(
-        bootstrap_servers, kafka_settings, topic_prefix, partitions, replication_factor
-    )
+    admin, plans = _setup(kafka, partitions, replication_factor)
     try:
         outcome = create_topics(admin, plans)
         drift = describe_topics(admin, plans)
@@ -78,20 +52,12 @@ def create(
 
 
 @topics.command()
-@kafka_options
+@pass_kafka
 @partitions_option
 @replication_option
-def describe(
-    bootstrap_servers: str | None,
-    kafka_settings: tuple[str, ...],
-    topic_prefix: str,
-    partitions: int,
-    replication_factor: int,
-) -> None:
+def describe(kafka: KafkaContext, partitions: int, replication_factor: int) -> None:
     """Show each topic's expected settings; exit 1 if the cluster differs from them."""
-    admin, plans = _setup(
-        bootstrap_servers, kafka_settings, topic_prefix, partitions, replication_factor
-    )
+    admin, plans = _setup(kafka, partitions, replication_factor)
     try:
         drift = describe_topics(admin, plans)
     except KafkaException as exc:

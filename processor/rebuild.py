@@ -1,0 +1,206 @@
+"""Rebuild from the transitions topic: a worker's partition stores (and the changelog),
+or one run as it stood at a time or offset.
+
+The Kafka side of `runstate replay` and `runstate get --at`: read the transitions,
+decide each again with the pure `processor.replay.apply_transitions`, then write the
+stores and republish their snapshots to the changelog. No printing, no options: the
+CLI shows the progress and the results.
+"""
+
+import os
+import shutil
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+
+from processor.config import KafkaSettings
+from processor.engine import Machine
+from processor.partitioning import partition_for
+from processor.readback import offset_for_time, read_partition
+from processor.replay import Replayed, ReplayProblem, apply_transitions
+from processor.runtime.statedir import StateDir
+from processor.runtime.store import PartitionStore
+from processor.topics import TopicNames, create_topics, plan_topics
+from schemas.messages import RunSnapshot, Transition
+
+
+class RebuildError(RuntimeError):
+    """What stops a rebuild before it writes anything (a missing topic, a store that
+    is there already)."""
+
+
+class StoresExist(RebuildError):
+    def __init__(self, paths: list[Path]) -> None:
+        super().__init__(f"stores exist: {', '.join(str(p) for p in paths)}")
+        self.paths = paths
+
+
+class ReplayFailed(RebuildError):
+    def __init__(self, problems: list[ReplayProblem]) -> None:
+        super().__init__("; ".join(str(p) for p in problems))
+        self.problems = problems
+
+
+def partition_count(settings: KafkaSettings, topic: str) -> int:
+    """The partitions of `topic`; RebuildError when it does not exist."""
+    meta = AdminClient(settings.client()).list_topics(topic, timeout=30).topics.get(topic)
+    if meta is None or meta.error is not None:
+        raise RebuildError(f"topic {topic} does not exist")
+    return len(meta.partitions)
+
+
+@dataclass
+class PartitionRebuilt:
+    """One partition's store, rebuilt: what was read and what replaying it gave."""
+
+    partition: int
+    read: int
+    result: Replayed = field(repr=False)
+    runs: int
+
+
+class StoreRebuild:
+    """The partition stores of one state directory, claimed, with a transactional
+    producer for the changelog: `partition(p)` rebuilds one. Open with `rebuild_stores`."""
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        topics: TopicNames,
+        machines: Mapping[str, Machine],
+        state: StateDir,
+        producer: Producer,
+        partitions: int,
+        since_ms: int | None,
+    ) -> None:
+        self.settings, self.topics, self.machines = settings, topics, machines
+        self.state, self.producer = state, producer
+        self.partitions, self.since_ms = partitions, since_ms
+
+    @property
+    def root(self) -> Path:
+        return self.state.root
+
+    def partition(self, p: int) -> PartitionRebuilt:
+        """Replay partition `p`'s transitions onto its store (emptied, or as it is when
+        continuing from `since_ms`), republish the snapshots of the runs that changed to
+        the changelog (one transaction), then write them and the offsets to the store."""
+        topics = self.topics
+        path = self.state.partition(p)
+        if self.since_ms is None and path.exists():
+            shutil.rmtree(path)
+        store = PartitionStore(path)
+        try:
+            since = self.since_ms
+            start = {s.run_id: s for s in store.runs()} if since is not None else {}
+            first = (
+                0 if since is None else offset_for_time(self.settings, topics.transitions, p, since)
+            )
+            records = read_partition(self.settings, topics.transitions, p, first)
+            pairs = [(Transition.model_validate_json(r.value or b""), r.offset) for r in records]
+            result = apply_transitions(self.machines, pairs, start)
+            changed = {t.run_id for t, _ in pairs}
+            snapshots = [
+                (run_id.encode(), result.snapshots[run_id].model_dump_json().encode())
+                for run_id in sorted(changed)
+                if run_id in result.snapshots
+            ]
+            end = (records[-1].offset + 1) if records else first
+            changelog_end = _republish(self.producer, topics.changelog, p, snapshots)
+            offsets = {topics.transitions: end}
+            if changelog_end is not None:
+                offsets[topics.changelog] = changelog_end
+            history = [
+                (t.run_id.encode(), r.value or b"")
+                for (t, _), r in zip(pairs, records, strict=True)
+            ]
+            store.restore(snapshots, history, offsets)
+        finally:
+            store.close()
+        return PartitionRebuilt(p, len(records), result, len(snapshots))
+
+
+@contextmanager
+def rebuild_stores(
+    settings: KafkaSettings,
+    topics: TopicNames,
+    machines: Mapping[str, Machine],
+    state_dir: Path,
+    group_id: str,
+    *,
+    since_ms: int | None = None,
+    replace: bool = False,
+) -> Iterator[StoreRebuild]:
+    """Claim `state_dir` (StateDirBusy if a worker holds it) for a rebuild of every
+    partition: from offset 0, or onto the stores as they are from `since_ms` on.
+    Creates the missing topics (the changelog, if it was deleted). From offset 0, stores
+    that exist are replaced only with `replace` (StoresExist otherwise, before anything
+    is written)."""
+    partitions = partition_count(settings, topics.proposals)
+    create_topics(AdminClient(settings.client()), plan_topics(topics, partitions, 1))
+    state = StateDir(state_dir, group_id, topics.proposals).claim()
+    try:
+        existing = [path for p in range(partitions) if (path := state.partition(p)).exists()]
+        if since_ms is None and existing and not replace:
+            raise StoresExist(existing)
+        producer = Producer(
+            settings.client({"transactional.id": f"{group_id}-replay-{os.getpid()}"})
+        )
+        producer.init_transactions(60)
+        yield StoreRebuild(settings, topics, machines, state, producer, partitions, since_ms)
+    finally:
+        state.release()
+
+
+def _republish(
+    producer: Producer, topic: str, partition: int, snapshots: list[tuple[bytes, bytes]]
+) -> int | None:
+    """Write the snapshots to the changelog in one transaction; the next offset after."""
+    if not snapshots:
+        return None
+    last = [-1]
+
+    def delivered(err: object, msg: object) -> None:
+        if err is None:
+            last[0] = max(last[0], msg.offset())  # type: ignore[attr-defined]
+
+    producer.begin_transaction()
+    for key, value in snapshots:
+        producer.produce(topic, key=key, value=value, partition=partition, on_delivery=delivered)
+        producer.poll(0)
+    producer.commit_transaction(60)
+    producer.flush(30)
+    return last[0] + 1
+
+
+def run_as_of(
+    settings: KafkaSettings,
+    topics: TopicNames,
+    machines: Mapping[str, Machine],
+    run_id: str,
+    *,
+    at_ms: int | None = None,
+    at_offset: int | None = None,
+) -> RunSnapshot | None:
+    """Run `run_id` as it stood at `at_ms` and/or after offset `at_offset` of its
+    transitions partition, replayed from that topic; None if it did not exist yet.
+    ReplayFailed if a transition does not replay."""
+    partition = partition_for(run_id, partition_count(settings, topics.transitions))
+    pairs = []
+    for record in read_partition(settings, topics.transitions, partition):
+        if record.key != run_id.encode():
+            continue
+        if at_offset is not None and record.offset > at_offset:
+            break
+        transition = Transition.model_validate_json(record.value or b"")
+        if at_ms is not None and transition.at_ms > at_ms:
+            break
+        pairs.append((transition, record.offset))
+    result = apply_transitions(machines, pairs)
+    if result.problems:
+        raise ReplayFailed(result.problems)
+    return result.snapshots.get(run_id)
