@@ -74,8 +74,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _health(self) -> None:
         worker = self.worker
-        with worker.stores_lock:
-            assigned = sorted(worker.stores)
+        assigned = worker.stores.owned()
         self._send(
             200,
             {
@@ -156,8 +155,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._html(200, inspector.page("", None, None, [], [], now_ms))
             return
         partition = partition_for(run_id, worker.partitions) if worker.partitions else 0
-        with worker.stores_lock:
-            store = worker.owner_store(partition)
+        with worker.stores.reading(partition) as store:
             if store is not None:
                 snapshot = store.committed_snapshot(run_id)
                 history = store.history(run_id) if snapshot is not None else []
@@ -185,8 +183,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _run(self, run_id: str, history: bool) -> None:
         worker = self.worker
         partition = partition_for(run_id, worker.partitions)
-        with worker.stores_lock:
-            store = worker.owner_store(partition)
+        with worker.stores.reading(partition) as store:
             if store is None:
                 self._send(
                     421,

@@ -28,13 +28,26 @@ _CHECKPOINT_RECORDS = (1, 10, 50, 100, 250, 500, 1000, 2500, 5000)
 
 
 @dataclass
-class _Batch:
-    """Observations of the open transaction, applied when it commits."""
+class MetricsBatch:
+    """Observations of one open transaction, counted when it commits."""
 
     transitions: list[tuple[RunSnapshot | None, Commit]] = field(default_factory=list)
     rejections: list[tuple[str, Rejection]] = field(default_factory=list)
     dead_letters: int = 0
     alerts: list[tuple[str, str]] = field(default_factory=list)  # (machine, rule)
+
+    def stage(self, previous: RunSnapshot | None, outcome: Outcome) -> None:
+        """An outcome of the transaction; `previous` is the run before it."""
+        if isinstance(outcome, Commit):
+            self.transitions.append((previous, outcome))
+        elif isinstance(outcome, DeadLetterReason):
+            self.dead_letters += 1
+        else:
+            machine = previous.machine if previous is not None else ""
+            self.rejections.append((machine, outcome))
+
+    def stage_alert(self, machine: str, rule: str) -> None:
+        self.alerts.append((machine, rule))
 
 
 class WorkerMetrics:
@@ -114,25 +127,10 @@ class WorkerMetrics:
             "runstate_restore_in_progress", "1 while partitions are being restored.", registry=r
         )
         r.register(_Scraped(runs_by_state, lag))
-        self._batch = _Batch()
 
-    # -- the open transaction ---------------------------------------------------
-    def stage(self, previous: RunSnapshot | None, outcome: Outcome) -> None:
-        """An outcome of the open transaction; `previous` is the run before it."""
-        if isinstance(outcome, Commit):
-            self._batch.transitions.append((previous, outcome))
-        elif isinstance(outcome, DeadLetterReason):
-            self._batch.dead_letters += 1
-        else:
-            machine = previous.machine if previous is not None else ""
-            self._batch.rejections.append((machine, outcome))
-
-    def stage_alert(self, machine: str, rule: str) -> None:
-        self._batch.alerts.append((machine, rule))
-
-    def committed(self, seconds: float, records: int) -> None:
-        """The open transaction committed: its outcomes count now."""
-        batch, self._batch = self._batch, _Batch()
+    # -- transactions -------------------------------------------------------------
+    def committed(self, batch: MetricsBatch, seconds: float, records: int) -> None:
+        """A transaction committed: its outcomes count now."""
         for previous, commit in batch.transitions:
             t = commit.transition
             from_state = t.from_state or ""
@@ -161,7 +159,6 @@ class WorkerMetrics:
         self.checkpoint_records.observe(records)
 
     def aborted(self) -> None:
-        self._batch = _Batch()
         self.aborts.inc()
 
     def render(self) -> bytes:

@@ -155,6 +155,7 @@ class OutputRecord:
     topic: str
     key: bytes | None
     value: bytes
+    headers: list[tuple[str, str | bytes | None]] | None = None
 
 
 def outcome_records(

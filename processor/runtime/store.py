@@ -181,11 +181,6 @@ class PartitionStore:
         options.set_max_write_buffer_number(2)
         self.path = path
         self._db = self._open(path, options)
-        self._staged: dict[str, RunSnapshot] = {}
-        self._staged_json: dict[str, bytes] = {}
-        self._staged_history: list[tuple[Transition, bytes]] = []
-        self._staged_fired: dict[str, Fired] = {}
-        self._staged_refusals: list[tuple[Rejection, bytes]] = []
         # Runs per (machine, state), counted on first use and kept up to date by flush.
         self._counts: Counter[tuple[str, str]] | None = None
         # Decoding JSON dominates lookups; keep recently committed snapshots decoded.
@@ -226,10 +221,9 @@ class PartitionStore:
         return db
 
     # -- reads -----------------------------------------------------------------
-    def snapshot(self, run_id: str) -> RunSnapshot | None:
-        """The run as the engine must see it: staged (uncommitted) changes included."""
-        staged = self._staged.get(run_id)
-        return staged if staged is not None else self.committed_snapshot(run_id)
+    def begin(self) -> "PartitionTransaction":
+        """The changes of one Kafka transaction, written by its `flush` once it committed."""
+        return PartitionTransaction(self)
 
     def committed_snapshot(self, run_id: str) -> RunSnapshot | None:
         with self._cache_lock:
@@ -273,9 +267,7 @@ class PartitionStore:
         return self._counts
 
     def fired(self, run_id: str) -> Fired:
-        staged = self._staged_fired.get(run_id)
-        if staged is not None:
-            return staged
+        """The timers of the run marked fired, as committed."""
         raw = self._db.get(_FIRED + run_id.encode())
         return NOT_FIRED if raw is None else Fired.decode(raw)
 
@@ -304,83 +296,48 @@ class PartitionStore:
             yield value
 
     # -- writes ----------------------------------------------------------------
-    def stage(
-        self,
-        commit: Commit,
-        transition_json: bytes | None = None,
-        snapshot_json: bytes | None = None,
-    ) -> None:
-        """Hold a commit until its transaction commits; pass the JSON already written to
-        the topics, if at hand, so the flush does not encode it again."""
-        run_id = commit.snapshot.run_id
-        self._staged[run_id] = commit.snapshot
-        self._staged_json[run_id] = snapshot_json or commit.snapshot.model_dump_json().encode()
-        self._staged_history.append(
-            (commit.transition, transition_json or commit.transition.model_dump_json().encode())
-        )
-
-    def stage_refusal(self, rejection: Rejection, encoded: bytes) -> None:
-        self._staged_refusals.append((rejection, encoded))
-
-    def stage_fired(self, run_id: str, revision: int, name: str) -> Fired:
-        marks = self.fired(run_id).with_name(revision, name)
-        self._staged_fired[run_id] = marks
-        return marks
-
-    def discard_staged(self) -> None:
-        self._staged.clear()
-        self._staged_json.clear()
-        self._staged_history.clear()
-        self._staged_refusals.clear()
-        self._staged_fired.clear()
-
-    def flush(self, offsets: dict[str, int]) -> None:
-        """After the transaction committed: staged state and offsets, atomically."""
-        if not (
-            self._staged
-            or self._staged_history
-            or self._staged_fired
-            or self._staged_refusals
-            or offsets
-        ):
+    def write(self, changes: "PartitionTransaction", offsets: dict[str, int]) -> None:
+        """A committed transaction's changes and the topic offsets they reach, atomically."""
+        if changes.empty and not offsets:
             return
         batch = WriteBatch(raw_mode=True)
+        staged = changes.snapshots
         if self._counts is not None:
             # A new Counter, not an update in place: HTTP threads may be reading the old.
             counts = self._counts.copy()
-            for run_id, snapshot in self._staged.items():
+            for run_id, snapshot in staged.items():
                 before = self.committed_snapshot(run_id)
                 if before is not None:
                     counts[(before.machine, before.state)] -= 1
                 counts[(snapshot.machine, snapshot.state)] += 1
             self._counts = +counts  # drops the zeros
-        for run_id, encoded in self._staged_json.items():
+        for run_id, encoded in changes.snapshot_json.items():
             batch.put(_run_key(run_id), encoded)
-        staged = sorted(self._staged)
+        runs = sorted(staged)
         for run_id, old in zip(
-            staged, self._get_many([_BY_STATE_OF + r.encode() for r in staged]), strict=True
+            runs, self._get_many([_BY_STATE_OF + r.encode() for r in runs]), strict=True
         ):
-            snapshot = self._staged[run_id]
+            snapshot = staged[run_id]
             self._index_state(
                 batch, run_id, old, (snapshot.machine, snapshot.state, snapshot.entered_state_at_ms)
             )
-        for transition, encoded in self._staged_history:
+        for transition, encoded in changes.history:
             batch.put(_history_key(transition.run_id, transition.revision), encoded)
-        for rejection, encoded in self._staged_refusals:
+        for rejection, encoded in changes.refusals:
             key = _refusals_prefix(rejection.run_id or "") + struct.pack(">Q", rejection.at_ms)
             batch.put(key + (rejection.proposal_id or "").encode(), encoded)
-        for run_id, marks in self._staged_fired.items():
+        for run_id, marks in changes.fired_marks.items():
             batch.put(_FIRED + run_id.encode(), marks.encode())
-        changed = sorted(set(self._staged) | set(self._staged_fired))
+        changed = sorted(set(staged) | set(changes.fired_marks))
         olds = self._get_many([_TIMER_OF + r.encode() for r in changed])
         for run_id, old in zip(changed, olds, strict=True):
-            self._reindex(batch, run_id, _timers_of(self.snapshot(run_id)), self.fired(run_id), old)
+            timers = _timers_of(changes.snapshot(run_id))
+            self._reindex(batch, run_id, timers, changes.fired(run_id), old)
         for topic, offset in offsets.items():
             batch.put(_OFFSET + topic.encode(), str(offset).encode())
         self._db.write(batch)
-        for snapshot in self._staged.values():
+        for snapshot in staged.values():
             self._remember(snapshot)
-        self.discard_staged()
 
     def restore(
         self,
@@ -517,10 +474,73 @@ class PartitionStore:
             self._cache.pop(run_id, None)
 
     def close(self) -> None:
-        self.discard_staged()
         with self._cache_lock:
             self._cache.clear()
         self._db.close()
+
+
+class PartitionTransaction:
+    """What one Kafka transaction changes in a partition store, held in memory until the
+    transaction committed (`flush`); an aborted transaction's is simply dropped. The
+    engine decides against `snapshot`, which sees the transaction's own changes, so a
+    run's proposals in one batch see each other."""
+
+    def __init__(self, store: PartitionStore) -> None:
+        self.store = store
+        self.snapshots: dict[str, RunSnapshot] = {}
+        self.snapshot_json: dict[str, bytes] = {}
+        self.history: list[tuple[Transition, bytes]] = []
+        self.fired_marks: dict[str, Fired] = {}
+        self.refusals: list[tuple[Rejection, bytes]] = []
+
+    @property
+    def empty(self) -> bool:
+        return not (self.snapshots or self.history or self.fired_marks or self.refusals)
+
+    def snapshot(self, run_id: str) -> RunSnapshot | None:
+        """The run as the engine must see it: this transaction's changes included."""
+        staged = self.snapshots.get(run_id)
+        return staged if staged is not None else self.store.committed_snapshot(run_id)
+
+    def fired(self, run_id: str) -> Fired:
+        staged = self.fired_marks.get(run_id)
+        return staged if staged is not None else self.store.fired(run_id)
+
+    def stage(
+        self,
+        commit: Commit,
+        transition_json: bytes | None = None,
+        snapshot_json: bytes | None = None,
+    ) -> None:
+        """A commit; pass the JSON already written to the topics, if at hand, so the
+        flush does not encode it again."""
+        run_id = commit.snapshot.run_id
+        encoded_transition, encoded_snapshot = commit.encoded or (None, None)
+        self.snapshots[run_id] = commit.snapshot
+        self.snapshot_json[run_id] = (
+            snapshot_json or encoded_snapshot or commit.snapshot.model_dump_json().encode()
+        )
+        self.history.append(
+            (
+                commit.transition,
+                transition_json
+                or encoded_transition
+                or commit.transition.model_dump_json().encode(),
+            )
+        )
+
+    def stage_refusal(self, rejection: Rejection, encoded: bytes) -> None:
+        """A refused proposal of an existing run (the inspector's timeline)."""
+        self.refusals.append((rejection, encoded))
+
+    def stage_fired(self, run_id: str, revision: int, name: str) -> Fired:
+        marks = self.fired(run_id).with_name(revision, name)
+        self.fired_marks[run_id] = marks
+        return marks
+
+    def flush(self, offsets: dict[str, int]) -> None:
+        """After the Kafka transaction committed: the changes and offsets, in one batch."""
+        self.store.write(self, offsets)
 
 
 class StoreFormatError(RuntimeError):

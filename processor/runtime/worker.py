@@ -1,17 +1,18 @@
 """The native worker: proposals in, transitions/rejections/DLQ out, exactly once.
 
-Per checkpoint (about every 100 ms, or every N records), in this order:
-1. decide each consumed proposal against the partition store (staged changes seen);
-2. produce its outcome and, for a commit, the run's snapshot to the changelog, all to
-   the same partition number as the proposal, inside one Kafka transaction;
-3. add the consumed offsets to the transaction (EOS v2: group metadata) and commit;
-4. only then write the staged snapshots, history and the changelog/transitions
-   offsets to RocksDB in one WriteBatch.
-On any failure before 4 the transaction is aborted, staged state dropped and the
-consumer rewound to the committed offsets: nothing is half-applied.
+The loop and the rebalance wiring; each job is a part of its own:
+- `Checkpoint` (checkpoint.py): one Kafka transaction, from the first record consumed
+  to the commit that moves the stores (its module says the order);
+- `TransactionalProducer` (producer.py): begin, produce, send offsets, commit, abort,
+  with librdkafka's known hangs bounded;
+- `StoreRegistry` / `PartitionStore` (stores.py, store.py): the owned partitions' state;
+- `Punctuator` (punctuator.py): due deadlines and alerts as records;
+- `Quarantine` (poison.py): records whose outcome the broker keeps refusing;
+- `decide_record` (pipeline.py): the decision, pure.
+About every 100 ms (or N records) the open checkpoint commits; on any failure it is
+aborted, and the consumer rewound to the committed offsets: nothing is half-applied.
 """
 
-import hashlib
 import logging
 import os
 import threading
@@ -26,18 +27,18 @@ from confluent_kafka import (
     KafkaError,
     KafkaException,
     Message,
-    Producer,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
 
 from processor.config import KafkaSettings
 from processor.engine import Commit, Machine
-from processor.intake import DEFAULT_MAX_PROPOSAL_BYTES, Headers, signed_headers
+from processor.intake import DEFAULT_MAX_PROPOSAL_BYTES, Headers
 from processor.keyring import Keyring
-from processor.logs import OUTCOMES_LOG, log_outcomes
 from processor.pipeline import DEFAULT_MAX_STATE_BYTES, DeadLetterReason, Outcome, decide_record
 from processor.runtime import cluster
+from processor.runtime.checkpoint import Checkpoint
+from processor.runtime.errors import ClientBroken, ClientHung, WorkerError
 from processor.runtime.metrics import WorkerMetrics
 from processor.runtime.outputs import (
     DEFAULT_MESSAGE_MAX_BYTES,
@@ -49,68 +50,23 @@ from processor.runtime.outputs import (
     outcome_records,
 )
 from processor.runtime.poison import Quarantine, is_record_error
+from processor.runtime.producer import TransactionalProducer
+from processor.runtime.punctuator import Punctuator
 from processor.runtime.restore import restore_partitions
 from processor.runtime.statedir import StateDir, StateDirBusy
 from processor.runtime.store import FIRED_CHANGELOG_PREFIX, InState, PartitionStore
+from processor.runtime.stores import StoreRegistry
 from processor.topics import TopicNames, describe_topics, max_message_bytes, plan_topics
-from schemas.identifiers import MAX_PROPOSAL_ID_BYTES, MAX_RUN_ID_BYTES
-from schemas.messages import Alert, Proposal, Rejection, RunSnapshot, Timer
+from schemas.identifiers import MAX_RUN_ID_BYTES
+from schemas.messages import Rejection, RunSnapshot
+
+__all__ = ["ClientBroken", "ClientHung", "Worker", "WorkerConfig", "WorkerError"]
 
 log = logging.getLogger("runstate.worker")
 
-
-class WorkerError(RuntimeError):
-    """The worker cannot run as configured; the message says what to change."""
-
-
-class ClientBroken(WorkerError):
-    """The transactional producer cannot go on (a fatal error, e.g. after a broker
-    restart the coordinator ended its transaction: INVALID_TXN_STATE). Nothing is
-    half-applied: the stores move only after a commit returned. The process should
-    start again (the CLI restarts it in place)."""
-
-
-class ClientHung(ClientBroken):
-    """A transactional call of librdkafka did not return long after its timeout
-    (librdkafka #5456, #5511: send_offsets_to_transaction can block forever when the
-    group coordinator goes away, as in a broker restart)."""
-
-
-# How long past its own timeout a transactional call may take before it counts as hung.
-HUNG_AFTER_S = 5.0
-# send_offsets_to_transaction's own timeout: past the transaction timeout (10 s by
-# default) the coordinator aborts the transaction anyway.
-SEND_OFFSETS_TIMEOUT_S = 10.0
 LAG_INTERVAL_S = 1.0
-QUEUE_FULL_LIMIT_S = 60.0
 # For the DLQ record of a record whose outcome the broker refused: a few KB of its bytes.
 SMALL = RecordLimits(default=8 * 1024)
-
-# Clients of a worker that gave up on them (ClientBroken). Dropping the last reference
-# would run their destructors, and rd_kafka_destroy / consumer close block for as long
-# as a call of theirs hangs (seen: a broker restart froze the worker there, never
-# reaching its restart). Held here, they end with the process image (`exec`).
-ABANDONED_CLIENTS: list[object] = []
-
-
-def bounded(what: str, call: Callable[[], object], timeout_s: float) -> None:
-    """Run a blocking librdkafka call, raising ClientHung if it outlives its timeout."""
-    done = threading.Event()
-    failure: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            call()
-        except BaseException as exc:  # re-raised in the caller's thread
-            failure.append(exc)
-        finally:
-            done.set()
-
-    threading.Thread(target=target, name=f"runstate-{what}", daemon=True).start()
-    if not done.wait(timeout_s + HUNG_AFTER_S):
-        raise ClientHung(f"{what} has not returned after {timeout_s + HUNG_AFTER_S:.0f}s")
-    if failure:
-        raise failure[0]
 
 
 @dataclass
@@ -153,29 +109,19 @@ class Worker:
         self.config = config
         self.topics = config.topics
         self.stats = WorkerStats()
-        self.stores: dict[int, PartitionStore] = {}
-        self.stores_lock = threading.RLock()  # HTTP threads read stores
+        self.stores = StoreRegistry()  # HTTP threads read them under its lock
         self.partitions = 0
         # The URL other workers reach this one's HTTP API at (set before start()): it
         # goes into the consumer's client.id, where cluster queries find it.
         self.advertised_url: str | None = None
         self._admin: AdminClient | None = None
         self._stop = threading.Event()
-        self._txn_open = False
-        self._txn_started = 0.0
-        self._pending = 0
-        self._positions: dict[int, int] = {}  # partition -> next offset after the batch
-        self._batch_first: dict[int, int] = {}  # partition -> first offset in the batch
         # Records whose outcome the broker keeps refusing (poison.py).
         self.quarantine = Quarantine()
         # What each output topic takes (learned at start).
         self.limits: RecordLimits = UNLIMITED
-        self._delivered: dict[tuple[str, int], int] = {}
-        self._delivery_error: KafkaError | None = None
         self._lag: dict[int, int] = {}
         self._last_lag = 0.0
-        # Outcomes of the open transaction, logged once it commits (seed 003's levels).
-        self._to_log: list[Commit | Rejection | DeadLetterReason] = []
         self.metrics = WorkerMetrics(config.machines, self._runs_by_state, lambda: dict(self._lag))
         try:
             self.state_dir = StateDir(
@@ -184,10 +130,13 @@ class Worker:
         except StateDirBusy as exc:
             raise WorkerError(str(exc)) from exc
         self.worker_id = self.state_dir.worker_id(config.worker_id)
-        self._timer_key = self._pick_timer_key(config)
+        self.punctuator = Punctuator(config.topics, self._pick_timer_key(config))
         self._last_punctuation = 0.0
         self.consumer: Consumer | None = None
-        self.producer: Producer | None = None
+        # Kept until the process ends, also when broken (see producer.py).
+        self.producer: TransactionalProducer | None = None
+        self.checkpoint: Checkpoint | None = None
+        self._broken = False  # gave up on its clients: never call them again
 
     # -- life cycle ------------------------------------------------------------
     @staticmethod
@@ -260,23 +209,13 @@ class Worker:
     def start(self) -> None:
         self._check_topics()
         settings = self.config.kafka
-        self.producer = Producer(
-            settings.client(
-                {
-                    "transactional.id": f"{self.config.group_id}-{self.worker_id}",
-                    "on_delivery": self._on_delivery,
-                },
-                defaults={
-                    # A dead worker's open transaction holds back read_committed
-                    # consumers until it times out: keep that short (as Kafka Streams).
-                    "transaction.timeout.ms": self.config.transaction_timeout_ms,
-                    "linger.ms": 5,
-                    "compression.type": "lz4",
-                },
-            )
+        self.producer = TransactionalProducer(
+            settings,
+            f"{self.config.group_id}-{self.worker_id}",
+            self.config.transaction_timeout_ms,
         )
-        # Fences (aborts) whatever a previous run of this worker left open.
-        self.producer.init_transactions(60)
+        self.producer.init()
+        self.checkpoint = self._new_checkpoint()
         self.consumer = Consumer(
             settings.client(
                 {
@@ -317,6 +256,10 @@ class Worker:
             self.partitions,
         )
 
+    def _new_checkpoint(self) -> Checkpoint:
+        assert self.producer is not None
+        return Checkpoint(self.producer, self.stores, self.topics, self.metrics)
+
     def stop(self) -> None:
         """Ask the loop to finish: it commits what it has, leaves the group, closes."""
         self._stop.set()
@@ -341,15 +284,14 @@ class Worker:
                     # the committed offsets, and go on from there.
                     if exc.args[0].fatal():
                         raise ClientBroken(f"the producer failed: {exc}") from exc
-                    if not self._txn_open:
+                    if not self.producer.open:
                         raise
                     self._abort(f"transaction failed: {exc}", exc.args[0])
-            self._checkpoint()
+            self._commit()
         except ClientBroken:
-            # Its clients may block in any further call, their destructors too: keep
-            # them referenced until the process ends.
-            ABANDONED_CLIENTS.extend([self.consumer, self.producer])
-            self.consumer = self.producer = None
+            # Its clients may block in any further call, their destructors too: they stay
+            # referenced (self.consumer, self.producer) until the process image ends.
+            self._broken = True
             raise
         finally:
             self._close()
@@ -377,18 +319,20 @@ class Worker:
         if now - self._last_lag >= LAG_INTERVAL_S:
             self._last_lag = now
             self._measure_lag()
-        if self._txn_open and (
-            self._pending >= self.config.commit_max_records
-            or time.monotonic() - self._txn_started >= interval
+        checkpoint = self.checkpoint
+        assert checkpoint is not None
+        if checkpoint.open and (
+            checkpoint.records >= self.config.commit_max_records
+            or time.monotonic() - checkpoint.started >= interval
         ):
-            self._checkpoint()
+            self._commit()
         self.producer.poll(0)
 
     def _measure_lag(self) -> None:
         """Records behind per owned partition: the end of the partition (as of the
         latest fetch) minus the next offset to decide."""
         assert self.consumer is not None
-        owned = [TopicPartition(self.topics.proposals, p) for p in sorted(self.stores)]
+        owned = [TopicPartition(self.topics.proposals, p) for p in self.stores.owned()]
         if not owned:
             return
         lag: dict[int, int] = {}
@@ -409,65 +353,68 @@ class Worker:
         return cluster.peers(self._admin, self.config.group_id, self.topics.proposals)
 
     def owned(self) -> list[int]:
-        with self.stores_lock:
-            return sorted(self.stores)
+        return self.stores.owned()
 
     def runs_in_state(
         self, machine: str | None, state: str, after: tuple[int, str] | None, limit: int
     ) -> list[InState]:
-        with self.stores_lock:
-            stores = list(self.stores.values())
+        with self.stores.lock:
+            stores = self.stores.all()
             return cluster.runs_in_state(stores, self.config.machines, machine, state, after, limit)
 
     def local_stats(self) -> list[tuple[str, str, int, int | None]]:
-        with self.stores_lock:
-            return cluster.local_stats(list(self.stores.values()), self.config.machines)
+        with self.stores.lock:
+            return cluster.local_stats(self.stores.all(), self.config.machines)
 
     def _runs_by_state(self) -> Iterator[tuple[str, str, int]]:
         """(machine, state, runs) over the owned partitions; every state of every machine,
         zeros included."""
-        with self.stores_lock:
-            counts = [store.state_counts() for store in self.stores.values()]
+        with self.stores.lock:
+            counts = [store.state_counts() for store in self.stores.all()]
         for name, machine in sorted(self.config.machines.items()):
             for state in machine.spec.states:
                 yield name, state, sum(c[(name, state)] for c in counts)
 
     def _close(self) -> None:
+        if self._broken:
+            # Never call a broken client again: any call may block (see producer.py).
+            self.stores.close()
+            self.state_dir.release()
+            return
         if self.consumer is not None:
             try:
                 self.consumer.close()  # leaves the group: on_revoke checkpoints first
             except (KafkaException, RuntimeError) as exc:
                 log.warning("closing consumer: %s", exc)
-            self.consumer = None
         if self.producer is not None:
-            if self._txn_open:
+            if self.producer.open:
                 self._abort("shutting down with an open transaction")
-            self.producer.flush(10)
-            self.producer = None
-        with self.stores_lock:
-            for store in self.stores.values():
-                store.close()
-            self.stores.clear()
+            self.producer.close()
+        self.stores.close()
         self.state_dir.release()
         log.info("worker %s stopped", self.worker_id)
 
     # -- processing ------------------------------------------------------------
     def _process(self, msg: Message) -> None:
         partition = msg.partition() or 0
-        store = self.stores.get(partition)
-        if store is None:  # fetched before a revoke; not ours any more
-            return
+        checkpoint = self.checkpoint
+        assert checkpoint is not None
         offset = msg.offset() or 0
         isolated = self.quarantine.isolating(partition, offset)
-        if isolated and self._txn_open:
+        if isolated and checkpoint.open:
             aborts = self.stats.aborts
-            self._checkpoint()  # what came before goes in a transaction of its own
+            self._commit()  # what came before goes in a transaction of its own
             if self.stats.aborts != aborts:
                 return
+            checkpoint = self.checkpoint
+            assert checkpoint is not None
+        store = checkpoint.store(partition)
+        if store is None:  # fetched before a revoke; not ours any more
+            return
         _, timestamp = msg.timestamp()
         source = Source(msg.topic() or "", partition, offset, msg.key(), msg.value(), timestamp)
         began = time.perf_counter()
-        outcome = self._decide(store, source, msg.headers())
+        outcome = self._decide(store.snapshot, source, msg.headers())
         self.metrics.decision.observe(time.perf_counter() - began)
         # A poisoned record's DLQ record stays small: it must fit whatever the broker takes.
         limits = self.limits if self.quarantine.poisoned(partition, offset) is None else SMALL
@@ -477,21 +424,17 @@ class Worker:
             log.exception("publishing %s[%s]@%s failed", source.topic, partition, offset)
             outcome = DeadLetterReason(f"internal error while encoding its outcome: {exc!r}")
             records = [dead_letter_record(self.topics, source, outcome.reason, SMALL)]
-        self._begin()
         run_id = (
             outcome.snapshot.run_id
             if isinstance(outcome, Commit)
             else getattr(outcome, "run_id", None)
         )
-        self.metrics.stage(store.snapshot(run_id) if run_id else None, outcome)
-        if OUTCOMES_LOG.isEnabledFor(logging.WARNING):
-            self._to_log.append(outcome)
+        checkpoint.observed.stage(store.snapshot(run_id) if run_id else None, outcome)
+        checkpoint.decided(outcome)
         # In the batch before producing: a produce refused at once names this record.
-        self._batch_first.setdefault(partition, offset)
-        self._positions[partition] = offset + 1
-        self._pending += 1
+        checkpoint.consumed(partition, offset)
         for record in records:
-            self._produce(record.topic, record.key, record.value, partition)
+            checkpoint.produce(record, partition)
         if isinstance(outcome, Rejection) and outcome.run_id and store.snapshot(outcome.run_id):
             store.stage_refusal(outcome, records[0].value)  # for the run's inspector page
         if isinstance(outcome, Commit):
@@ -503,9 +446,9 @@ class Worker:
             self.stats.rejections += 1
         self.stats.proposals += 1
         if isolated:
-            self._checkpoint()
+            self._commit()
 
-    def _decide(self, store: PartitionStore, source: Source, headers: Headers) -> Outcome:
+    def _decide(self, lookup: "Lookup", source: Source, headers: Headers) -> Outcome:
         poisoned = self.quarantine.poisoned(source.partition, source.offset)
         if poisoned is not None:
             return DeadLetterReason(
@@ -520,7 +463,7 @@ class Worker:
                 source.timestamp_ms,
                 keyring=self.config.keyring,
                 machines=self.config.machines,
-                lookup=store.snapshot,
+                lookup=lookup,
                 max_bytes=self.config.max_proposal_bytes,
                 max_state_bytes=self.config.max_state_bytes,
             )
@@ -530,229 +473,65 @@ class Worker:
             )
             return DeadLetterReason(f"internal error while deciding: {exc!r}")
 
-    def _begin(self) -> None:
-        if not self._txn_open:
-            assert self.producer is not None
-            self.producer.begin_transaction()
-            self._txn_open = True
-            self._txn_started = time.monotonic()
-
-    # -- timers (the punctuator) -------------------------------------------------
+    # -- timers -------------------------------------------------------------------
     def _punctuate(self, now_ms: int) -> None:
-        """Fire every due timer once: a deadline becomes a runtime-signed proposal on the
-        proposals topic, an alert a record on the alerts topic; the mark that it fired
-        goes to the changelog in the same transaction, so no restart fires it again."""
-        for partition, store in list(self.stores.items()):
-            for run_id in store.due_runs(now_ms):
-                snapshot = store.snapshot(run_id)
-                if snapshot is None:
-                    continue
-                for timer in snapshot.timers:
-                    if timer.due_at_ms > now_ms or store.fired(run_id).covers(
-                        timer.revision, timer.name
-                    ):
-                        continue
-                    self._begin()
-                    try:
-                        if timer.kind == "deadline":
-                            self._fire_deadline(partition, snapshot, timer)
-                        else:
-                            self._raise_alert(partition, snapshot, timer, now_ms)
-                    except (KafkaException, WorkerError):
-                        raise
-                    except Exception:  # a bug must not crash-loop the worker on one timer
-                        log.exception(
-                            "timer %s of run %s could not fire; marked fired, not retried",
-                            timer.name,
-                            run_id,
-                        )
-                    marks = store.stage_fired(run_id, timer.revision, timer.name)
-                    self._produce(
-                        self.topics.changelog,
-                        FIRED_CHANGELOG_PREFIX + run_id.encode(),
-                        marks.encode(),
-                        partition,
+        """Fire every due timer once, into the open checkpoint (see punctuator.py)."""
+        checkpoint = self.checkpoint
+        assert checkpoint is not None
+        for partition in self.stores.owned():
+            store = checkpoint.store(partition)
+            if store is None:
+                continue
+            for firing in self.punctuator.fire(now_ms, store):
+                for record in firing.records:
+                    checkpoint.produce(record, partition)
+                checkpoint.records += 1
+                snapshot, timer = firing.snapshot, firing.timer
+                if timer.kind == "deadline":
+                    self.stats.deadlines_fired += 1
+                    log.info(
+                        "deadline %s of %s (revision %d) fired: proposing %s",
+                        timer.name,
+                        snapshot.run_id,
+                        timer.revision,
+                        timer.event,
                     )
-                    self._pending += 1
-
-    def _fire_deadline(self, partition: int, snapshot: RunSnapshot, timer: Timer) -> None:
-        assert timer.event is not None
-        proposal = Proposal(
-            proposal_id=timer_proposal_id(snapshot.run_id, timer),
-            run_id=snapshot.run_id,
-            event=timer.event,
-            reason=timer.reason,
-            # Anything that happened to the run since (an approval, a heartbeat) wins:
-            # the deadline is then refused revision_conflict.
-            expected_revision=timer.revision,
-            metadata={"timer": timer.name, "due_at_ms": timer.due_at_ms},
-        )
-        value = proposal.model_dump_json(exclude_none=True).encode()
-        key_id, secret = self._timer_key
-        self._produce(
-            self.topics.proposals,
-            snapshot.run_id.encode(),
-            value,
-            partition,
-            headers=signed_headers(value, key_id, secret),
-        )
-        self.stats.deadlines_fired += 1
-        log.info(
-            "deadline %s of %s (revision %d) fired: proposing %s",
-            timer.name,
-            snapshot.run_id,
-            timer.revision,
-            timer.event,
-        )
-
-    def _raise_alert(
-        self, partition: int, snapshot: RunSnapshot, timer: Timer, now_ms: int
-    ) -> None:
-        alert = Alert(
-            run_id=snapshot.run_id,
-            machine=snapshot.machine,
-            rule=timer.name,
-            state=snapshot.state,
-            revision=snapshot.revision,
-            retry_count=snapshot.retry_count,
-            time_in_state_ms=max(0, now_ms - snapshot.entered_state_at_ms),
-            due_at_ms=timer.due_at_ms,
-            at_ms=now_ms,
-        )
-        self._produce(
-            self.topics.alerts, snapshot.run_id.encode(), alert.model_dump_json(), partition
-        )
-        self.stats.alerts_raised += 1
-        self.metrics.stage_alert(snapshot.machine, timer.name)
-        log.warning("alert %s: run %s in %s", timer.name, snapshot.run_id, snapshot.state)
-
-    def _produce(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: str | bytes,
-        partition: int,
-        headers: list[tuple[str, str | bytes | None]] | None = None,
-    ) -> None:
-        """Outputs go to the proposal's partition number: co-partitioned with the input."""
-        assert self.producer is not None
-        data = value.encode() if isinstance(value, str) else value
-        full_since: float | None = None
-        while True:
-            try:
-                self.producer.produce(
-                    topic, value=data, key=key, partition=partition, headers=headers
-                )
-                return
-            except BufferError:
-                # Local queue full: let deliveries drain. One that never drains (a producer
-                # that lost its broker for good) must not hold the loop, deaf to SIGTERM.
-                full_since = full_since or time.monotonic()
-                if time.monotonic() - full_since > QUEUE_FULL_LIMIT_S:
-                    raise ClientHung(
-                        f"the producer's queue stayed full for {QUEUE_FULL_LIMIT_S:.0f}s"
-                    ) from None
-                self.producer.poll(0.05)
-
-    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
-        if err is not None:
-            self._delivery_error = err
-            return
-        key = (msg.topic() or "", msg.partition() or 0)
-        offset = msg.offset() or 0
-        if offset >= self._delivered.get(key, -1):
-            self._delivered[key] = offset
+                else:
+                    self.stats.alerts_raised += 1
+                    checkpoint.observed.stage_alert(snapshot.machine, timer.name)
+                    log.warning(
+                        "alert %s: run %s in %s", timer.name, snapshot.run_id, snapshot.state
+                    )
 
     # -- checkpoints -----------------------------------------------------------
-    def _checkpoint(self) -> None:
-        if not self._txn_open:
+    def _commit(self) -> None:
+        """Commit the open checkpoint, if any, and start the next."""
+        checkpoint = self.checkpoint
+        if checkpoint is None or not checkpoint.open:
             return
-        began = time.perf_counter()
-        assert self.producer is not None and self.consumer is not None
+        assert self.consumer is not None
         try:
-            if self.producer.flush(30) > 0:
-                raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "flush timed out"))
-            if self._delivery_error is not None:
-                raise KafkaException(self._delivery_error)
-            offsets = [
-                TopicPartition(self.topics.proposals, p, off) for p, off in self._positions.items()
-            ]
-            if offsets:  # a checkpoint of fired timers alone consumed nothing
-                metadata = self.consumer.consumer_group_metadata()
-                producer = self.producer
-                bounded(
-                    "send_offsets_to_transaction",
-                    lambda: producer.send_offsets_to_transaction(
-                        offsets, metadata, SEND_OFFSETS_TIMEOUT_S
-                    ),
-                    SEND_OFFSETS_TIMEOUT_S,
-                )
-            self._commit_transaction()
+            committed = checkpoint.commit(self.consumer.consumer_group_metadata())
         except KafkaException as exc:
             self._abort(f"checkpoint failed: {exc}", exc.args[0])
             return
-        self._txn_open = False
-        for partition, next_offset in self._positions.items():
+        for partition, next_offset in committed.items():
             self.quarantine.committed(partition, next_offset)
-        # The transaction is durable: now, and only now, move the local stores.
-        for partition, store in self.stores.items():
-            offsets_now = {
-                topic: self._delivered[(topic, partition)] + 1
-                for topic in (self.topics.changelog, self.topics.transitions)
-                if (topic, partition) in self._delivered
-            }
-            store.flush(offsets_now)
-        self.metrics.committed(time.perf_counter() - began, self._pending)
-        self._log_outcomes()
         self.stats.checkpoints += 1
-        self._reset_batch()
-
-    def _commit_transaction(self) -> None:
-        assert self.producer is not None
-        commit = self.producer.commit_transaction
-        for attempt in range(5):
-            try:
-                bounded("commit_transaction", lambda: commit(30), 30)
-                return
-            except KafkaException as exc:
-                error = exc.args[0]
-                if error.retriable() and attempt < 4:
-                    continue
-                raise
-
-    def _log_outcomes(self) -> None:
-        logged, self._to_log = self._to_log, []
-        log_outcomes(logged)
+        self.checkpoint = self._new_checkpoint()
 
     def _abort(self, why: str, error: KafkaError | None = None) -> None:
-        """Drop the open transaction and everything staged; rewind to committed offsets."""
+        """Drop the open checkpoint whole; rewind to the committed offsets."""
         # ERROR when state cannot be persisted; nothing of the batch applies.
         log.error("state not persisted, transaction aborted (%s); deciding again", why)
+        checkpoint = self.checkpoint
+        assert checkpoint is not None
         if is_record_error(error):
-            self.quarantine.refused(
-                {
-                    p: (first, self._positions.get(p, first + 1))
-                    for p, first in self._batch_first.items()
-                },
-                why,
-            )
-        self._to_log.clear()
-        assert self.producer is not None
-        abort_transaction(self.producer)
-        self._txn_open = False
-        for store in self.stores.values():
-            store.discard_staged()
-        self._rewind(list(self.stores))
-        self._reset_batch()
-        self.metrics.aborted()
+            self.quarantine.refused(checkpoint.ranges(), why)
+        self.checkpoint = self._new_checkpoint()  # even if the abort below fails
+        checkpoint.abort()
+        self._rewind(self.stores.owned())
         self.stats.aborts += 1
-
-    def _reset_batch(self) -> None:
-        self._positions.clear()
-        self._batch_first.clear()
-        self._delivered.clear()
-        self._delivery_error = None
-        self._pending = 0
 
     def _rewind(self, partitions: list[int]) -> None:
         if not partitions or self.consumer is None:
@@ -782,48 +561,30 @@ class Worker:
             self.metrics.restoring.set(0)
         self.metrics.restored.inc(restored)
         self.stats.restored_records += restored
-        with self.stores_lock:
-            self.stores.update(new)
-        log.info("assigned partitions %s (now %s)", assigned, sorted(self.stores))
+        self.stores.add(new)
+        log.info("assigned partitions %s (now %s)", assigned, self.stores.owned())
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Commit what was processed while the generation is still valid, then let go.
-        self._checkpoint()
+        self._commit()
         self._drop([tp.partition for tp in partitions])
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Another worker owns them already: our open transaction must not commit.
-        if self._txn_open:
+        checkpoint = self.checkpoint
+        if checkpoint is not None and checkpoint.open:
             self._abort("partitions lost")
         self._drop([tp.partition for tp in partitions])
 
     def _drop(self, partitions: list[int]) -> None:
-        with self.stores_lock:
-            for p in partitions:
-                store = self.stores.pop(p, None)
-                if store is not None:
-                    store.close()
-                self._positions.pop(p, None)
-                self._batch_first.pop(p, None)
-                self._lag.pop(p, None)
+        self.stores.drop(partitions)
+        for p in partitions:
+            self._lag.pop(p, None)
         if partitions:
-            log.info("released partitions %s (now %s)", sorted(partitions), sorted(self.stores))
-
-    # -- queries (HTTP threads) -------------------------------------------------
-    def owner_store(self, partition: int) -> PartitionStore | None:
-        return self.stores.get(partition)
+            log.info("released partitions %s (now %s)", sorted(partitions), self.stores.owned())
 
 
-def timer_proposal_id(run_id: str, timer: Timer) -> str:
-    """The id of a deadline's proposal. Deterministic: were it ever sent twice, the second
-    would be a `duplicate`. It names the run, so it is unique across runs too (tools key
-    outcomes by it); a run id too long for the id's 128 bytes is named by its SHA-256
-    (seen: a long run id made the punctuator fail on every tick)."""
-    readable = f"timer:{run_id}:{timer.revision}:{timer.name}"
-    if len(readable.encode()) <= MAX_PROPOSAL_ID_BYTES:
-        return readable
-    digest = hashlib.sha256(run_id.encode()).hexdigest()[:32]
-    return f"timer:{digest}:{timer.revision}:{timer.name}"
+Lookup = Callable[[str], RunSnapshot | None]
 
 
 def assignment_strategy(static_membership: bool) -> str:
@@ -834,26 +595,6 @@ def assignment_strategy(static_membership: bool) -> str:
     in the fault harness: two of three partitions idle for minutes). Eager rebalancing
     hands out the whole assignment in one round, so static members use it."""
     return "roundrobin" if static_membership else "cooperative-sticky"
-
-
-def abort_transaction(producer: Producer, attempts: int = 3, timeout_s: float = 10.0) -> None:
-    """Abort the open transaction. An abort that times out says "retry call to resume"
-    and stays in progress: it is called again (found by the broker-restart scenario: left
-    in progress, the next begin_transaction failed _CONFLICT and ended the worker). Still
-    not aborted, or fatal: ClientBroken, and the worker restarts in place."""
-    for _ in range(attempts):
-        try:
-            bounded("abort_transaction", lambda: producer.abort_transaction(timeout_s), timeout_s)
-            return
-        except KafkaException as exc:
-            error = exc.args[0]
-            if error.fatal():
-                raise ClientBroken(f"the producer cannot abort: {exc}") from exc
-            if not error.retriable():  # e.g. nothing to abort any more
-                log.warning("abort_transaction: %s", exc)
-                return
-            log.warning("abort_transaction did not finish (%s); calling it again", exc)
-    raise ClientBroken(f"the transaction was not aborted after {attempts} attempts")
 
 
 def default_state_dir() -> Path:

@@ -17,15 +17,10 @@ from processor.cli import worker as worker_cli
 from processor.config import KafkaSettings
 from processor.keyring import generate_keyring
 from processor.machines import builtin_machines
-from processor.runtime import worker
-from processor.runtime.worker import (
-    ClientBroken,
-    ClientHung,
-    Worker,
-    WorkerConfig,
-    abort_transaction,
-    bounded,
-)
+from processor.runtime import producer
+from processor.runtime.errors import ClientBroken, ClientHung
+from processor.runtime.producer import abort_transaction, bounded
+from processor.runtime.worker import Worker, WorkerConfig
 from processor.topics import TopicNames
 
 
@@ -36,7 +31,7 @@ def test_a_call_that_returns_passes_its_result_or_error(monkeypatch: pytest.Monk
 
 
 def test_a_call_that_never_returns_is_hung(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(worker, "HUNG_AFTER_S", 0.2)
+    monkeypatch.setattr(producer, "HUNG_AFTER_S", 0.2)
     never = threading.Event()
     started = time.monotonic()
     with pytest.raises(ClientHung, match="send_offsets_to_transaction"):
@@ -93,7 +88,8 @@ class _Client:
 def test_a_broken_worker_neither_closes_nor_frees_its_clients(tmp_path: Path) -> None:
     """Regression (fault harness, broker restart): dropping the clients ran their
     destructors, which blocked forever behind a hung send_offsets_to_transaction; the
-    worker never reached its restart in place and kept its partitions."""
+    worker never reached its restart in place and kept its partitions. A broken worker
+    keeps them (the CLI holds the worker until it replaces the process image)."""
     config = WorkerConfig(
         kafka=KafkaSettings("127.0.0.1:1"),
         topics=TopicNames.with_prefix("t."),
@@ -112,9 +108,10 @@ def test_a_broken_worker_neither_closes_nor_frees_its_clients(tmp_path: Path) ->
     broken._step = hang  # type: ignore[method-assign]
     with pytest.raises(ClientHung):
         broken.run()
-    del broken, clients
+    del clients
     gc.collect()
     assert [ref() is not None for ref in alive] == [True, True]
+    assert broken.consumer is alive[0]() and broken.producer is alive[1]()
 
 
 @pytest.fixture

@@ -41,6 +41,7 @@ from processor.runtime.store import (
     Fired,
     InState,
     PartitionStore,
+    PartitionTransaction,
 )
 from processor.topics import TopicNames
 from schemas.audit import transition_hash
@@ -633,12 +634,12 @@ class Model:
 
 def check_store(store: PartitionStore, model: Model, now_ms: int, page: int) -> None:
     for run_id, snapshot in model.snapshots.items():
-        assert store.snapshot(run_id) == snapshot, run_id
+        assert store.committed_snapshot(run_id) == snapshot, run_id
         assert store.history(run_id) == model.history[run_id], run_id
         assert store.fired(run_id) == model.fired.get(run_id, NOT_FIRED), run_id
         for other in (run_id + "x", run_id[:-1]):
             if other and other not in model.snapshots:
-                assert store.snapshot(other) is None
+                assert store.committed_snapshot(other) is None
                 assert store.history(other) == []
     assert sorted(s.run_id for s in store.runs()) == sorted(model.snapshots)
     assert store.due_runs(FAR_FUTURE) == model.due_runs(FAR_FUTURE)
@@ -659,7 +660,7 @@ def check_store(store: PartitionStore, model: Model, now_ms: int, page: int) -> 
 
 
 def _propose(
-    store: PartitionStore,
+    store: PartitionTransaction,
     model: Model,
     run_id: str,
     obj: dict[str, Any],
@@ -704,7 +705,7 @@ def test_every_run_reads_back_from_the_store_and_from_a_restore(
 
 
 def _create(
-    store: PartitionStore, model: Model, run_id: str, seq: int, data: st.DataObject
+    store: PartitionTransaction, model: Model, run_id: str, seq: int, data: st.DataObject
 ) -> Outcome:
     options: dict[str, Any] = {}
     deadlines = {
@@ -726,10 +727,11 @@ def _store_round_trip(
 ) -> None:
     model = Model()
     store = PartitionStore(root / "live")
+    txn = store.begin()  # one Kafka transaction's changes, until flushed
     at_ms = NOW
     seq = 0
     for run_id in [*invalid, *run_ids]:
-        outcome = _create(store, model, run_id, seq, data)
+        outcome = _create(txn, model, run_id, seq, data)
         seq += 1
         if run_id in invalid:
             assert isinstance(outcome, Rejection), f"run id {run_id!r} was accepted"
@@ -743,14 +745,16 @@ def _store_round_trip(
         at_ms += data.draw(st.integers(1, 3))
         snapshot = model.snapshots[run_id]
         if kind == "flush":
-            store.flush(model.offsets())
+            txn.flush(model.offsets())
+            txn = store.begin()
         elif kind == "counts":  # counted now, kept up to date by later flushes
-            store.flush(model.offsets())
+            txn.flush(model.offsets())
+            txn = store.begin()
             store.state_counts()
         elif kind == "fire":
             if snapshot.timers:
                 timer = data.draw(st.sampled_from(snapshot.timers))
-                marks = store.stage_fired(run_id, timer.revision, timer.name)
+                marks = txn.stage_fired(run_id, timer.revision, timer.name)
                 expected = model.fired.get(run_id, NOT_FIRED).with_name(timer.revision, timer.name)
                 assert marks == expected
                 model.fired[run_id] = marks
@@ -764,8 +768,8 @@ def _store_round_trip(
             }.get(name, {})
             obj = {"run_id": run_id, "proposal_id": f"p{seq}", "event": name, "payload": payload}
             seq += 1
-            _propose(store, model, run_id, obj, at_ms)
-    store.flush(model.offsets())
+            _propose(txn, model, run_id, obj, at_ms)
+    txn.flush(model.offsets())
     page = data.draw(st.integers(1, 3), label="page")
     now_ms = data.draw(st.integers(NOW, NOW + 10_000_000), label="now")
     check_store(store, model, now_ms, page)

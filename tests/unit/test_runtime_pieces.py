@@ -97,17 +97,19 @@ def test_store_stages_until_flush_and_restores(tmp_path: Path) -> None:
     create = run.create("task_lifecycle")
     start = run.commit("start")
     store = PartitionStore(tmp_path / "p0")
-    store.stage(create)
-    store.stage(start)
-    assert store.snapshot("r/1") == start.snapshot  # the engine sees staged state
+    txn = store.begin()
+    txn.stage(create)
+    txn.stage(start)
+    assert txn.snapshot("r/1") == start.snapshot  # the engine sees staged state
     assert store.committed_snapshot("r/1") is None  # queries do not
-    store.flush({"changelog": 2, "transitions": 2})
+    txn.flush({"changelog": 2, "transitions": 2})
     assert store.committed_snapshot("r/1") == start.snapshot
     assert [t.revision for t in store.history("r/1")] == [0, 1]
     assert store.offset("changelog") == 2
-    store.stage(run.commit("complete"))
-    store.discard_staged()  # an aborted transaction
-    assert store.snapshot("r/1") == start.snapshot
+    aborted = store.begin()
+    aborted.stage(run.commit("complete"))
+    del aborted  # an aborted transaction is dropped whole
+    assert store.begin().snapshot("r/1") == start.snapshot
     store.close()
 
     reopened = PartitionStore(tmp_path / "p0")
@@ -141,9 +143,10 @@ def test_restore_builds_the_same_store_as_live_commits(tmp_path: Path) -> None:
     ]
     assert commits[-1].snapshot.timers, "the test needs a run with a timer"
     live = PartitionStore(tmp_path / "live")
+    txn = live.begin()
     for commit in commits:
-        live.stage(commit)
-    live.flush({})
+        txn.stage(commit)
+    txn.flush({})
     restored = PartitionStore(tmp_path / "restored")
     restored.restore(
         [(b"r/2", c.snapshot.model_dump_json().encode()) for c in commits],
@@ -168,21 +171,23 @@ def test_by_state_index_pages_longest_in_state_first(tmp_path: Path) -> None:
 
     store = PartitionStore(tmp_path / "p")
     runs = {}
+    txn = store.begin()
     for n in range(5):
         run = Driver(run_id=f"s/{n}")
         run.now += n * 1_000  # entered their states one second apart
         run.create("task_lifecycle")
         run.commit("start")
-        store.stage(run.commit("pause_for_approval"))
+        txn.stage(run.commit("pause_for_approval"))
         runs[run.run_id] = run
-    store.flush({})
+    txn.flush({})
     paused = store.in_state("task_lifecycle", "paused", None, 10)
     assert [r.run_id for r in paused] == [f"s/{n}" for n in range(5)]
     first = store.in_state("task_lifecycle", "paused", None, 2)
     rest = store.in_state("task_lifecycle", "paused", (first[-1].entered_ms, first[-1].run_id), 10)
     assert [r.run_id for r in first + rest] == [f"s/{n}" for n in range(5)]
-    store.stage(runs["s/0"].commit("approval_granted", APPROVER))  # s/0 leaves paused
-    store.flush({})
+    txn = store.begin()
+    txn.stage(runs["s/0"].commit("approval_granted", APPROVER))  # s/0 leaves paused
+    txn.flush({})
     assert store.in_state("task_lifecycle", "paused", None, 1)[0].run_id == "s/1"
     assert [r.run_id for r in store.in_state("task_lifecycle", "running", None, 10)] == ["s/0"]
     # a restore moves the index the same way (here: s/1 back into the changelog as running)

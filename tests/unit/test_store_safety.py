@@ -18,8 +18,9 @@ from tests.unit.driver import Driver
 
 def _committed(store: PartitionStore, run_id: str, machine: str = "run_state") -> None:
     run = Driver(run_id=run_id)
-    store.stage(run.create(machine))
-    store.flush({"changelog": 1})
+    txn = store.begin()
+    txn.stage(run.create(machine))
+    txn.flush({"changelog": 1})
 
 
 def test_a_newer_layout_is_refused_and_an_older_one_rebuilt(

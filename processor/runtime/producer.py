@@ -1,0 +1,190 @@
+"""The worker's transactional producer: one object owns begin, produce, send offsets,
+commit and abort, with librdkafka's known hangs bounded, retries under their limits, a
+full local queue and fatal errors turned into `ClientBroken` (the worker restarts in
+place).
+
+A worker that gives up on its clients keeps them referenced until the process image is
+replaced: dropping the last reference runs their destructors, and `rd_kafka_destroy`
+blocks for as long as a call of theirs hangs (seen: a broker restart froze the worker
+there, never reaching its restart). The worker holds this object until it exits.
+"""
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from processor.config import KafkaSettings
+from processor.runtime.errors import ClientBroken, ClientHung
+
+# How long past its own timeout a transactional call may take before it counts as hung.
+HUNG_AFTER_S = 5.0
+# send_offsets_to_transaction's own timeout: past the transaction timeout (10 s by
+# default) the coordinator aborts the transaction anyway.
+SEND_OFFSETS_TIMEOUT_S = 10.0
+QUEUE_FULL_LIMIT_S = 60.0
+
+Headers = list[tuple[str, str | bytes | None]]
+log = logging.getLogger("runstate.worker")
+
+
+def bounded(what: str, call: Callable[[], object], timeout_s: float) -> None:
+    """Run a blocking librdkafka call, raising ClientHung if it outlives its timeout."""
+    done = threading.Event()
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            call()
+        except BaseException as exc:  # re-raised in the caller's thread
+            failure.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=target, name=f"runstate-{what}", daemon=True).start()
+    if not done.wait(timeout_s + HUNG_AFTER_S):
+        raise ClientHung(f"{what} has not returned after {timeout_s + HUNG_AFTER_S:.0f}s")
+    if failure:
+        raise failure[0]
+
+
+def abort_transaction(producer: Producer, attempts: int = 3, timeout_s: float = 10.0) -> None:
+    """Abort the open transaction. An abort that times out says "retry call to resume"
+    and stays in progress: it is called again (found by the broker-restart scenario: left
+    in progress, the next begin_transaction failed _CONFLICT and ended the worker). Still
+    not aborted, or fatal: ClientBroken, and the worker restarts in place."""
+    for _ in range(attempts):
+        try:
+            bounded("abort_transaction", lambda: producer.abort_transaction(timeout_s), timeout_s)
+            return
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.fatal():
+                raise ClientBroken(f"the producer cannot abort: {exc}") from exc
+            if not error.retriable():  # e.g. nothing to abort any more
+                log.warning("abort_transaction: %s", exc)
+                return
+            log.warning("abort_transaction did not finish (%s); calling it again", exc)
+    raise ClientBroken(f"the transaction was not aborted after {attempts} attempts")
+
+
+class TransactionalProducer:
+    """A transactional producer and what its open transaction delivered."""
+
+    def __init__(
+        self, settings: KafkaSettings, transactional_id: str, transaction_timeout_ms: int
+    ) -> None:
+        self.client = Producer(
+            settings.client(
+                {"transactional.id": transactional_id, "on_delivery": self._on_delivery},
+                defaults={
+                    # A dead worker's open transaction holds back read_committed
+                    # consumers until it times out: keep that short (as Kafka Streams).
+                    "transaction.timeout.ms": transaction_timeout_ms,
+                    "linger.ms": 5,
+                    "compression.type": "lz4",
+                },
+            )
+        )
+        self.open = False
+        self.began_at = 0.0
+        self._delivered: dict[tuple[str, int], int] = {}
+        self._delivery_error: KafkaError | None = None
+
+    def init(self) -> None:
+        """Fence (abort) whatever a previous run of this transactional id left open."""
+        self.client.init_transactions(60)
+
+    def begin(self) -> None:
+        if not self.open:
+            self.client.begin_transaction()
+            self.open = True
+            self.began_at = time.monotonic()
+
+    def produce(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        partition: int,
+        headers: Headers | None = None,
+    ) -> None:
+        """Into the open transaction (begun if need be), to an explicit partition."""
+        self.begin()
+        full_since: float | None = None
+        while True:
+            try:
+                self.client.produce(
+                    topic, value=value, key=key, partition=partition, headers=headers
+                )
+                return
+            except BufferError:
+                # Local queue full: let deliveries drain. One that never drains (a producer
+                # that lost its broker for good) must not hold the loop, deaf to SIGTERM.
+                full_since = full_since or time.monotonic()
+                if time.monotonic() - full_since > QUEUE_FULL_LIMIT_S:
+                    raise ClientHung(
+                        f"the producer's queue stayed full for {QUEUE_FULL_LIMIT_S:.0f}s"
+                    ) from None
+                self.client.poll(0.05)
+
+    def commit(self, offsets: list[TopicPartition], group_metadata: object) -> None:
+        """Flush, add the consumed `offsets` (EOS v2: with the group's metadata) and commit.
+        Raises KafkaException when the transaction cannot commit; abort it then."""
+        if self.client.flush(30) > 0:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "flush timed out"))
+        if self._delivery_error is not None:
+            raise KafkaException(self._delivery_error)
+        if offsets:  # a transaction of fired timers alone consumed nothing
+            client = self.client
+            bounded(
+                "send_offsets_to_transaction",
+                lambda: client.send_offsets_to_transaction(
+                    offsets, group_metadata, SEND_OFFSETS_TIMEOUT_S
+                ),
+                SEND_OFFSETS_TIMEOUT_S,
+            )
+        commit = self.client.commit_transaction
+        for attempt in range(5):
+            try:
+                bounded("commit_transaction", lambda: commit(30), 30)
+                break
+            except KafkaException as exc:
+                if exc.args[0].retriable() and attempt < 4:
+                    continue
+                raise
+        self.open = False
+
+    def next_offset(self, topic: str, partition: int) -> int | None:
+        """After a commit: the offset after the last record delivered there, if any."""
+        last = self._delivered.get((topic, partition))
+        return None if last is None else last + 1
+
+    def abort(self) -> None:
+        abort_transaction(self.client)
+        self.open = False
+        self.forget()
+
+    def forget(self) -> None:
+        """Drop what the last transaction delivered (the next one starts clean)."""
+        self._delivered.clear()
+        self._delivery_error = None
+
+    def poll(self, timeout: float = 0) -> None:
+        self.client.poll(timeout)
+
+    def close(self) -> None:
+        if self.open:
+            self.abort()
+        self.client.flush(10)
+
+    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self._delivery_error = err
+            return
+        key = (msg.topic() or "", msg.partition() or 0)
+        offset = msg.offset() or 0
+        if offset >= self._delivered.get(key, -1):
+            self._delivered[key] = offset

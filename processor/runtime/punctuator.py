@@ -1,0 +1,113 @@
+"""Timers as records: every due timer of a partition fires once. A deadline becomes a
+runtime-signed proposal on the proposals topic, an alert a record on the alerts topic,
+and the mark that it fired goes to the changelog in the same transaction, so no restart
+fires it again. Driven by any runtime with "now" and a partition's store."""
+
+import hashlib
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from processor.intake import signed_headers
+from processor.runtime.outputs import OutputRecord
+from processor.runtime.store import FIRED_CHANGELOG_PREFIX, PartitionTransaction
+from processor.topics import TopicNames
+from schemas.identifiers import MAX_PROPOSAL_ID_BYTES
+from schemas.messages import Alert, Proposal, RunSnapshot, Timer
+
+log = logging.getLogger("runstate.worker")
+
+
+@dataclass(frozen=True, slots=True)
+class Firing:
+    """A timer that fell due: the records to produce (the deadline's proposal or the
+    alert, then the fired mark), in the transaction that stages the mark."""
+
+    snapshot: RunSnapshot
+    timer: Timer
+    records: list[OutputRecord]
+
+
+def timer_proposal_id(run_id: str, timer: Timer) -> str:
+    """The id of a deadline's proposal. Deterministic: were it ever sent twice, the second
+    would be a `duplicate`. It names the run, so it is unique across runs too (tools key
+    outcomes by it); a run id too long for the id's 128 bytes is named by its SHA-256
+    (seen: a long run id made the punctuator fail on every tick)."""
+    readable = f"timer:{run_id}:{timer.revision}:{timer.name}"
+    if len(readable.encode()) <= MAX_PROPOSAL_ID_BYTES:
+        return readable
+    digest = hashlib.sha256(run_id.encode()).hexdigest()[:32]
+    return f"timer:{digest}:{timer.revision}:{timer.name}"
+
+
+class Punctuator:
+    def __init__(self, topics: TopicNames, timer_key: tuple[str, str]) -> None:
+        """`timer_key` is the (key id, secret) of a runtime key that signs deadlines."""
+        self.topics = topics
+        self.timer_key = timer_key
+
+    def fire(self, now_ms: int, store: PartitionTransaction) -> Iterator[Firing]:
+        """Every timer of the store due at `now_ms` that has not fired, marked fired in
+        `store` as it is yielded."""
+        for run_id in store.store.due_runs(now_ms):
+            snapshot = store.snapshot(run_id)
+            if snapshot is None:
+                continue
+            for timer in snapshot.timers:
+                if timer.due_at_ms > now_ms or store.fired(run_id).covers(
+                    timer.revision, timer.name
+                ):
+                    continue
+                records: list[OutputRecord] = []
+                try:
+                    if timer.kind == "deadline":
+                        records.append(self.deadline(snapshot, timer))
+                    else:
+                        records.append(self.alert(snapshot, timer, now_ms))
+                except Exception:  # a bug must not crash-loop the worker on one timer
+                    log.exception(
+                        "timer %s of run %s could not fire; marked fired, not retried",
+                        timer.name,
+                        run_id,
+                    )
+                marks = store.stage_fired(run_id, timer.revision, timer.name)
+                key = FIRED_CHANGELOG_PREFIX + run_id.encode()
+                records.append(OutputRecord(self.topics.changelog, key, marks.encode()))
+                yield Firing(snapshot, timer, records)
+
+    def deadline(self, snapshot: RunSnapshot, timer: Timer) -> OutputRecord:
+        assert timer.event is not None
+        proposal = Proposal(
+            proposal_id=timer_proposal_id(snapshot.run_id, timer),
+            run_id=snapshot.run_id,
+            event=timer.event,
+            reason=timer.reason,
+            # Anything that happened to the run since (an approval, a heartbeat) wins:
+            # the deadline is then refused revision_conflict.
+            expected_revision=timer.revision,
+            metadata={"timer": timer.name, "due_at_ms": timer.due_at_ms},
+        )
+        value = proposal.model_dump_json(exclude_none=True).encode()
+        key_id, secret = self.timer_key
+        return OutputRecord(
+            self.topics.proposals,
+            snapshot.run_id.encode(),
+            value,
+            signed_headers(value, key_id, secret),
+        )
+
+    def alert(self, snapshot: RunSnapshot, timer: Timer, now_ms: int) -> OutputRecord:
+        alert = Alert(
+            run_id=snapshot.run_id,
+            machine=snapshot.machine,
+            rule=timer.name,
+            state=snapshot.state,
+            revision=snapshot.revision,
+            retry_count=snapshot.retry_count,
+            time_in_state_ms=max(0, now_ms - snapshot.entered_state_at_ms),
+            due_at_ms=timer.due_at_ms,
+            at_ms=now_ms,
+        )
+        return OutputRecord(
+            self.topics.alerts, snapshot.run_id.encode(), alert.model_dump_json().encode()
+        )
