@@ -29,7 +29,7 @@ from faust.web import Request, Response, View
 
 from processor.faust_runtime.positions import Positions, Verdict
 from processor.faust_runtime.table import NEXT_OFFSET_KEY, SOURCE_OFFSET_HEADER, RunsTable
-from processor.faust_runtime.transport import Consumer, Transport
+from processor.faust_runtime.transport import Consumer, Transport, Unreadable
 from processor.partitioning import partition_for
 from processor.pipeline import DeadLetterReason, Outcome, decide_record
 from processor.runtime.outputs import OutputRecord, Source, dead_letter_record, outcome_records
@@ -137,9 +137,10 @@ def build_app(config: WorkerConfig, partitions: int, http_port: int) -> faust.Ap
             return Verdict.WAIT  # read before Faust sought this partition
         return positions.classify(partition, message.offset, message.generation_id)
 
-    def delivered(message: Any) -> None:
-        positions.decided(message.partition, message.offset)
-        runs.data[NEXT_OFFSET_KEY] = str(message.offset + 1).encode()
+    def delivered(message: Any, last: int) -> None:
+        """The outcome of every offset of `message` up to `last` is delivered."""
+        positions.decided(message.partition, last)
+        runs.data[NEXT_OFFSET_KEY] = str(last + 1).encode()
 
     @app.timer(interval=max(1.0, config.commit_interval_ms / 1000))  # type: ignore[untyped-decorator]
     async def commit_positions() -> None:
@@ -176,19 +177,26 @@ def build_app(config: WorkerConfig, partitions: int, http_port: int) -> faust.Ap
             if action is Verdict.WAIT:
                 continue
             at_ms = round(message.timestamp * 1000)
+            # A batch the consumer could not read (`transport`): one DLQ record for it,
+            # naming its offsets and the reason; the partition goes on after it.
+            unreadable = message.checksum if isinstance(message.checksum, Unreadable) else None
+            last = message.offset if unreadable is None else unreadable.last
             outcome: Outcome
             try:
-                outcome = decide_record(
-                    message.key,
-                    message.value,
-                    message.headers,
-                    at_ms,
-                    keyring=config.keyring,
-                    machines=config.machines,
-                    lookup=snapshot_of,
-                    max_bytes=config.max_proposal_bytes,
-                    max_state_bytes=config.max_state_bytes,
-                )
+                if unreadable is not None:
+                    outcome = DeadLetterReason(unreadable.reason)
+                else:
+                    outcome = decide_record(
+                        message.key,
+                        message.value,
+                        message.headers,
+                        at_ms,
+                        keyring=config.keyring,
+                        machines=config.machines,
+                        lookup=snapshot_of,
+                        max_bytes=config.max_proposal_bytes,
+                        max_state_bytes=config.max_state_bytes,
+                    )
             except Exception as exc:  # a bug must not stall the partition
                 log.exception("deciding %s@%s failed", message.partition, message.offset)
                 outcome = DeadLetterReason(f"internal error while deciding: {exc!r}")
@@ -219,7 +227,7 @@ def build_app(config: WorkerConfig, partitions: int, http_port: int) -> faust.Ap
                 await sent
             # The mark before the snapshot: a crash between them leaves the snapshot to
             # recovery, which replays every changelog record since the last one.
-            delivered(message)
+            delivered(message, last)
             if snapshot is not None:
                 runs.data[snapshot.key] = snapshot.value
                 stats.transitions += 1

@@ -7,14 +7,134 @@
 - `commit_positions` commits the offsets the agent vouches for; Faust's own
   acknowledgements are off for the proposals topic because Faust acknowledges records
   it skipped around a rebalance.
+- A record batch of those topics that cannot be read (a codec whose library is missing,
+  a checksum that does not match, bytes the codec refuses) becomes one stand-in record
+  (`Unreadable`) at its first offset, which the agent sends to the DLQ with the reason,
+  instead of an exception that stops the worker (aiokafka raises it from the fetch, and
+  Faust's fetcher crashes the app with it). Such an error on any other topic (the
+  changelog), or one no batch can be named for (a batch header that cannot be parsed),
+  is logged and the fetch retried each second: the worker stays up, that partition waits.
 """
 
+import asyncio
+import logging
 from collections import defaultdict
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
+from aiokafka import errors as aiokafka_errors
+from aiokafka.consumer import fetcher as aiokafka_fetcher
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
+
+log = logging.getLogger("runstate.faust")
+
+# What aiokafka raises for bytes it cannot turn into records.
+READ_ERRORS = (aiokafka_errors.CorruptRecordException, aiokafka_errors.UnsupportedCodecError)
+READ_RETRY_S = 1.0
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """Stands for the records `first`..`last` of a batch that could not be read. It
+    travels as the stand-in record's `checksum`, where no producer can put an object."""
+
+    first: int
+    last: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class _StandIn:
+    """A record for aiokafka's `_consumer_record`: no key, no value."""
+
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    checksum: Unreadable
+    key: None = None
+    value: None = None
+    headers: tuple[()] = ()
+
+
+class _CheckedBatch:
+    """A batch whose records are all read (decompressed, parsed) before the first is
+    given out; one that fails gives a single stand-in instead."""
+
+    def __init__(self, batch: Any, owner: "ReadableRecords") -> None:
+        self._batch = batch
+        self._owner = owner
+        self._crc_ok = True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._batch, name)
+
+    def __next__(self) -> Any:  # control batches: aiokafka reads their marker with next()
+        return next(self._batch)
+
+    def validate_crc(self) -> bool:
+        # a mismatch is answered by a stand-in below, not by an exception
+        self._crc_ok = bool(self._batch.validate_crc())
+        return True
+
+    def __iter__(self) -> Iterator[Any]:
+        try:
+            if not self._crc_ok:
+                raise aiokafka_errors.CorruptRecordException("the batch's CRC does not match")
+            records = list(self._batch)
+        except Exception as exc:
+            yield self._owner.stand_in(self._batch, exc)
+            return
+        yield from records
+
+
+class _CheckedRecords:
+    def __init__(self, records: Any, owner: "ReadableRecords") -> None:
+        self._records = records
+        self._owner = owner
+
+    def has_next(self) -> bool:
+        return bool(self._records.has_next())
+
+    def next_batch(self) -> Any:
+        batch = self._records.next_batch()
+        return None if batch is None else _CheckedBatch(batch, self._owner)
+
+
+class ReadableRecords(aiokafka_fetcher.PartitionRecords):  # type: ignore[misc]
+    """aiokafka's records of one fetched partition; for the topics in `guarded`, a batch
+    that cannot be read gives a stand-in record instead of raising."""
+
+    guarded: ClassVar[set[str]] = set()
+
+    def __init__(self, tp: Any, records: Any, *args: Any, **kwargs: Any) -> None:
+        if tp.topic in self.guarded:
+            records = _CheckedRecords(records, self)
+        super().__init__(tp, records, *args, **kwargs)
+
+    def stand_in(self, batch: Any, exc: Exception) -> _StandIn:
+        first = max(getattr(batch, "base_offset", -1), self.next_fetch_offset)
+        last = max(first, batch.next_offset - 1)
+        reason = (
+            f"record batch at offsets {first}..{last} could not be read "
+            f"(compression codec {getattr(batch, 'compression_type', '?')}): {exc!r}"
+        )
+        log.error("%s: %s", self._tp, reason)
+        timestamp = getattr(batch, "first_timestamp", None)
+        return _StandIn(
+            offset=first,
+            timestamp=-1 if timestamp is None else timestamp,
+            timestamp_type=getattr(batch, "timestamp_type", 0) or 0,
+            checksum=Unreadable(first, last, reason),
+        )
+
+
+def guard_reads(topics: set[str]) -> None:
+    """Unreadable batches of these topics become stand-ins (for this process: aiokafka
+    builds its records objects by module name)."""
+    ReadableRecords.guarded = topics
+    aiokafka_fetcher.PartitionRecords = ReadableRecords
 
 
 class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
@@ -31,6 +151,15 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         for tp, offset in committed.items():
             floors[TP(tp.topic, tp.partition)] = offset
         return committed  # type: ignore[return-value]
+
+    async def _fetch_records(self, *args: Any, **kwargs: Any) -> Any:
+        """A fetch that cannot be read is logged and tried again, not a crash."""
+        try:
+            return await super()._fetch_records(*args, **kwargs)
+        except READ_ERRORS as exc:
+            log.error("fetched records could not be read (fetching again): %r", exc)
+            await asyncio.sleep(READ_RETRY_S)
+            return {}
 
 
 class ReadOffsets(defaultdict[TP, int | None]):
@@ -61,6 +190,7 @@ class Consumer(faust_aiokafka.Consumer):
         self.agent_owned: set[str] = set()
         super().__init__(*args, **kwargs)
         self._read_offset = ReadOffsets(self.agent_owned)
+        guard_reads(self.agent_owned)
 
     def _new_consumer_thread(self) -> faust_aiokafka.AIOKafkaConsumerThread:
         return ConsumerThread(self, loop=self.loop, beacon=self.beacon)
