@@ -22,8 +22,9 @@ from processor.engine import Machine
 from processor.partitioning import partition_for
 from processor.readback import offset_for_time, read_partition
 from processor.replay import Replayed, ReplayProblem, apply_transitions
+from processor.runtime.outputs import INDEX_HEADER, snapshot_index
 from processor.runtime.statedir import StateDir
-from processor.runtime.store import PartitionStore
+from processor.runtime.store import PartitionStore, TransitionRecord
 from processor.topics import TopicNames, create_topics, plan_topics
 from schemas.messages import RunSnapshot, Transition
 
@@ -105,7 +106,11 @@ class StoreRebuild:
             result = apply_transitions(self.machines, pairs, start)
             changed = {t.run_id for t, _ in pairs}
             snapshots = [
-                (run_id.encode(), result.snapshots[run_id].model_dump_json().encode())
+                (
+                    run_id.encode(),
+                    result.snapshots[run_id].model_dump_json().encode(),
+                    snapshot_index(result.snapshots[run_id]),
+                )
                 for run_id in sorted(changed)
                 if run_id in result.snapshots
             ]
@@ -114,8 +119,8 @@ class StoreRebuild:
             offsets = {topics.transitions: end}
             if changelog_end is not None:
                 offsets[topics.changelog] = changelog_end
-            history = [
-                (t.run_id.encode(), r.value or b"")
+            history: list[TransitionRecord] = [
+                (t.run_id.encode(), r.value or b"", str(t.revision).encode())
                 for (t, _), r in zip(pairs, records, strict=True)
             ]
             store.restore(snapshots, history, offsets)
@@ -157,7 +162,7 @@ def rebuild_stores(
 
 
 def _republish(
-    producer: Producer, topic: str, partition: int, snapshots: list[tuple[bytes, bytes]]
+    producer: Producer, topic: str, partition: int, snapshots: list[tuple[bytes, bytes, bytes]]
 ) -> int | None:
     """Write the snapshots to the changelog in one transaction; the next offset after."""
     if not snapshots:
@@ -169,8 +174,15 @@ def _republish(
             last[0] = max(last[0], msg.offset())  # type: ignore[attr-defined]
 
     producer.begin_transaction()
-    for key, value in snapshots:
-        producer.produce(topic, key=key, value=value, partition=partition, on_delivery=delivered)
+    for key, value, index in snapshots:
+        producer.produce(
+            topic,
+            key=key,
+            value=value,
+            partition=partition,
+            headers=[(INDEX_HEADER, index)],
+            on_delivery=delivered,
+        )
         producer.poll(0)
     producer.commit_transaction(60)
     producer.flush(30)

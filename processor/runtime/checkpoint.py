@@ -58,12 +58,24 @@ class Checkpoint:
     def store(self, partition: int) -> PartitionTransaction | None:
         """The partition's store as this transaction sees it; None when not owned."""
         txn = self._partitions.get(partition)
-        if txn is None:
-            store = self._stores.get(partition)
-            if store is None:
-                return None
-            txn = self._partitions[partition] = store.begin()
+        store = self._stores.get(partition)
+        if txn is not None and txn.store is store:
+            return txn
+        # A store this checkpoint has not seen, or one opened again since: a transaction
+        # over a closed store read it as empty (runs created twice after a partition
+        # came back to the worker).
+        assert txn is None or txn.empty, f"partition {partition}: its store changed mid-batch"
+        if store is None:
+            return None
+        txn = self._partitions[partition] = store.begin()
         return txn
+
+    def release(self, partitions: list[int]) -> None:
+        """Forget the partitions' stores (they are being closed). Only a checkpoint that
+        holds nothing for them may: the worker commits or aborts before letting go."""
+        for partition in partitions:
+            txn = self._partitions.pop(partition, None)
+            assert txn is None or txn.empty, f"partition {partition} released with changes"
 
     def consumed(self, partition: int, offset: int) -> None:
         self._first.setdefault(partition, offset)

@@ -1,6 +1,9 @@
 """The worker's HTTP API: a run's snapshot, its transition history, health.
 
-GET /health                  worker id, assigned partitions, counters
+GET /health                  worker id, owned (restored) partitions, counters
+GET /livez                   200 while the worker's loop turns, else 503 (restart it)
+GET /readyz                  200 when in the group with every assigned partition restored
+                             and its clients healthy, else 503 with what it waits for
 GET /metrics                 Prometheus metrics (processor/runtime/metrics.py)
 GET /runs?state=S[&machine=M][&limit=N][&after=CURSOR]
                              runs in a state across the cluster, longest there first
@@ -29,6 +32,9 @@ from processor.runtime import cluster, inspector
 from processor.runtime.worker import Worker
 
 log = logging.getLogger("runstate.http")
+#: /livez fails when the worker's loop has not turned for this long, /readyz sooner.
+LIVE_WITHIN_S = 60.0
+READY_WITHIN_S = 15.0
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -57,6 +63,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._inspect(params.get("run", "").strip())
         elif parts == ["health"]:
             self._health()
+        elif parts == ["livez"]:
+            self._livez()
+        elif parts == ["readyz"]:
+            self._readyz()
         elif parts == ["metrics"]:
             self._send(200, self.worker.metrics.render(), CONTENT_TYPE_LATEST)
         elif len(parts) == 2 and parts[0] == "runs":
@@ -67,10 +77,32 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(
                 404,
                 {
-                    "error": "no such endpoint; try /health, /metrics, /stats, "
+                    "error": "no such endpoint; try /health, /livez, /readyz, /metrics, /stats, "
                     "/runs?state=..., /runs/<run_id>[/history]"
                 },
             )
+
+    def _livez(self) -> None:
+        """Alive: the worker's loop turned lately (a restart is the cure otherwise)."""
+        idle = time.monotonic() - self.worker.last_turn
+        alive = idle < LIVE_WITHIN_S
+        self._send(200 if alive else 503, {"alive": alive, "loop_idle_seconds": round(idle, 1)})
+
+    def _readyz(self) -> None:
+        """Ready: in the group, every assigned partition restored, clients healthy."""
+        worker = self.worker
+        waiting = []
+        if not worker.assigned:
+            waiting.append("not yet given its partitions by the group")
+        if worker.restoring:
+            waiting.append(f"restoring partitions {worker.restoring}")
+        if worker.broken:
+            waiting.append("its Kafka clients failed; restarting")
+        idle = time.monotonic() - worker.last_turn
+        if idle >= READY_WITHIN_S:
+            waiting.append(f"its loop has not turned for {idle:.0f} s")
+        body = {"ready": not waiting, "partitions": worker.stores.owned(), "waiting": waiting}
+        self._send(200 if not waiting else 503, body)
 
     def _health(self) -> None:
         worker = self.worker

@@ -9,13 +9,14 @@ refuse an outcome. A commit's records are bounded before that, by the pipeline's
 
 import base64
 import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from processor.engine import Commit
 from processor.pipeline import DeadLetterReason, Outcome
 from processor.topics import TopicNames
-from schemas.messages import DeadLetter, Rejection
+from schemas.messages import DeadLetter, Rejection, RunSnapshot
 
 #: librdkafka's default `message.max.bytes`: the largest record a producer sends.
 DEFAULT_MESSAGE_MAX_BYTES = 1_000_000
@@ -27,6 +28,32 @@ MAX_OUTPUT_KEY_BYTES = 1024
 MAX_ERROR_CHARS = 2048
 #: Of a truncated DLQ record, at most this much of the original key is kept.
 _KEY_PREFIX_BYTES = 256
+
+
+#: Headers of a commit's records that carry what a partition store's indexes need, so a
+#: restore reads them without decoding the record: the run's machine, state, time of
+#: entry and timers on its changelog record; the revision on its transition record.
+INDEX_HEADER = "runstate-index"
+REVISION_HEADER = "runstate-revision"
+
+#: (machine, state, entered_state_at_ms) and [(due_at_ms, revision, name), ...]
+Where = tuple[str, str, int]
+TimerMarks = list[tuple[int, int, str]]
+
+
+def snapshot_index(snapshot: RunSnapshot) -> bytes:
+    """The INDEX_HEADER value of a snapshot's changelog record (compact JSON)."""
+    timers = [[t.due_at_ms, t.revision, t.name] for t in snapshot.timers]
+    fields = [snapshot.machine, snapshot.state, snapshot.entered_state_at_ms, timers]
+    return json.dumps(fields, separators=(",", ":")).encode()
+
+
+def parse_index(raw: bytes) -> tuple[Where, TimerMarks]:
+    """An INDEX_HEADER value back; ValueError when it is not one."""
+    machine, state, entered, timers = json.loads(raw)
+    if not (isinstance(machine, str) and isinstance(state, str) and isinstance(entered, int)):
+        raise ValueError(f"not an index header: {raw[:80]!r}")
+    return (machine, state, entered), [(int(d), int(r), str(n)) for d, r, n in timers]
 
 
 @dataclass(frozen=True)
@@ -169,9 +196,15 @@ def outcome_records(
             outcome.transition.model_dump_json().encode(),
             outcome.snapshot.model_dump_json().encode(),
         )
+        revision = str(outcome.transition.revision).encode()
         return [
-            OutputRecord(topics.transitions, run_key, transition),
-            OutputRecord(topics.changelog, run_key, snapshot),
+            OutputRecord(topics.transitions, run_key, transition, [(REVISION_HEADER, revision)]),
+            OutputRecord(
+                topics.changelog,
+                run_key,
+                snapshot,
+                [(INDEX_HEADER, snapshot_index(outcome.snapshot))],
+            ),
         ]
     if isinstance(outcome, DeadLetterReason):
         return [dead_letter_record(topics, source, outcome.reason, limits)]

@@ -7,15 +7,24 @@ batches, offsets included, so an interrupted restore resumes where it stopped.
 """
 
 import logging
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 
 from processor.config import KafkaSettings
 from processor.readback import watermarks
-from processor.runtime.store import PartitionStore
+from processor.runtime.outputs import INDEX_HEADER, REVISION_HEADER
+from processor.runtime.store import ChangelogRecord, PartitionStore, TransitionRecord
 from processor.topics import TopicNames
 
 log = logging.getLogger("runstate.restore")
@@ -29,8 +38,11 @@ def restore_partitions(
     *,
     timeout_s: float = 600.0,
     progress: Callable[[int], None] | None = None,
+    cancelled: Callable[[], bool] = lambda: False,
 ) -> int:
-    """Catch `stores` (input partition -> store) up; returns the records applied."""
+    """Catch `stores` (input partition -> store) up; returns the records applied.
+    `cancelled` is asked between batches: when it says so, restore stops (what it
+    applied is kept, with its offsets, and the next restore resumes from there)."""
     consumer = Consumer(
         settings.client(
             {
@@ -56,8 +68,8 @@ def restore_partitions(
         consumer.assign(wanted)
         remaining = {(tp.topic, tp.partition) for tp in wanted}
         applied = 0
-        snapshots: dict[int, list[tuple[bytes, bytes | None]]] = defaultdict(list)
-        transitions: dict[int, list[tuple[bytes, bytes]]] = defaultdict(list)
+        snapshots: dict[int, list[ChangelogRecord]] = defaultdict(list)
+        transitions: dict[int, list[TransitionRecord]] = defaultdict(list)
         offsets: dict[int, dict[str, int]] = defaultdict(dict)
         pending = 0
         deadline = time.monotonic() + timeout_s
@@ -72,7 +84,7 @@ def restore_partitions(
                 )
             pending = 0
 
-        while remaining:
+        while remaining and not cancelled():
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"restore did not reach the end of {sorted(remaining)} in {timeout_s:.0f}s"
@@ -87,9 +99,13 @@ def restore_partitions(
                     raise KafkaException(err)
                 topic, partition, offset = key[0] or "", key[1] or 0, msg.offset() or 0
                 if topic == topics.changelog:
-                    snapshots[partition].append((msg.key() or b"", msg.value()))
+                    index = _header(msg, INDEX_HEADER)
+                    snapshots[partition].append((msg.key() or b"", msg.value(), index))
                 else:
-                    transitions[partition].append((msg.key() or b"", msg.value() or b"{}"))
+                    revision = _header(msg, REVISION_HEADER)
+                    transitions[partition].append(
+                        (msg.key() or b"", msg.value() or b"{}", revision)
+                    )
                 offsets[partition][topic] = offset + 1
                 applied += 1
                 pending += 1
@@ -98,6 +114,8 @@ def restore_partitions(
                 if progress is not None:
                     progress(applied)
         apply()
+        if cancelled():
+            return applied
         # Where only transaction markers followed, remember the end so the next
         # restore starts there.
         for tp in consumer.position(wanted):
@@ -110,3 +128,52 @@ def restore_partitions(
         return applied
     finally:
         consumer.close()
+
+
+def _header(msg: Message, name: str) -> bytes | None:
+    headers = msg.headers()
+    items = headers.items() if isinstance(headers, dict) else (headers or [])
+    for key, value in items:
+        if key == name:
+            return value if isinstance(value, bytes) else None
+    return None
+
+
+class RestoreJob:
+    """A restore beside the worker's loop: the loop keeps polling (so the worker keeps
+    its place in the group, however long the restore takes: max.poll.interval.ms) while
+    the partitions it restores stay paused."""
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        topics: TopicNames,
+        stores: dict[int, PartitionStore],
+    ) -> None:
+        self.stores = stores
+        self.applied = 0
+        self.error: BaseException | None = None
+        self._cancel = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(settings, topics), name="runstate-restore", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, settings: KafkaSettings, topics: TopicNames) -> None:
+        try:
+            self.applied = restore_partitions(
+                settings, topics, self.stores, cancelled=self._cancel.is_set
+            )
+            for store in self.stores.values():
+                store.state_counts()  # counted here, not in the first scrape
+        except BaseException as exc:  # handed to the loop, which raises it
+            self.error = exc
+
+    @property
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def cancel(self) -> None:
+        """Stop between batches and wait for it (its stores may then be closed)."""
+        self._cancel.set()
+        self._thread.join()

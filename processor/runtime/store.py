@@ -16,7 +16,6 @@ when a store opens: an older layout is rebuilt from the topics, a newer one refu
 
 import json
 import logging
-import re
 import shutil
 import struct
 import threading
@@ -29,6 +28,7 @@ from typing import Any
 from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch
 
 from processor.engine import Commit
+from processor.runtime.outputs import TimerMarks, Where, parse_index
 from schemas.messages import Rejection, RunSnapshot, Transition
 
 _SNAPSHOT = b"s/"
@@ -59,11 +59,11 @@ _WRITE_BUFFER_BYTES = 8 << 20
 FIRED_CHANGELOG_PREFIX = b"\x00fired\x00"
 
 
-# A transition's revision, found without decoding the record: Transition's fields put
-# `revision` before any free-form field (payload, metadata), and inside a JSON string
-# the quote before it would be escaped, so the first match is the transition's own.
-_REVISION = re.compile(rb'"revision":(\d+)')
 _NO_DUES = b"[]"
+
+#: A changelog record as restore takes it: key, value and, if it has one, its index header.
+ChangelogRecord = tuple[bytes, bytes | None] | tuple[bytes, bytes | None, bytes | None]
+TransitionRecord = tuple[bytes, bytes] | tuple[bytes, bytes, bytes | None]
 
 
 def _timers_of(snapshot: RunSnapshot | None) -> list[tuple[int, int, str]]:
@@ -71,30 +71,20 @@ def _timers_of(snapshot: RunSnapshot | None) -> list[tuple[int, int, str]]:
     return [(t.due_at_ms, t.revision, t.name) for t in timers]
 
 
-# What the indexes need from a snapshot record, found without decoding it when it has no
-# timers: RunSnapshot's fields put `machine` and `state` before any free-form field and
-# end with `entered_state_at_ms` (inside a JSON string the quotes would be escaped).
-_TIMERS_FIELD = b'"timers":'
-_MACHINE = re.compile(rb'"machine":"([^"\\]*)"')
-_STATE = re.compile(rb'"state":"([^"\\]*)"')
-_ENTERED = re.compile(rb'"entered_state_at_ms":(\d+)}\s*$')
-
-
-def _index_fields(value: bytes) -> tuple[tuple[str, str, int], list[tuple[int, int, str]]]:
-    """((machine, state, entered_state_at_ms), timers) of a snapshot record."""
-    # The last `"timers":` is the field: only hex and integers follow it, while a step
-    # result before it may hold that very text (it did: a result {"timers": []} hid the
-    # run's real timers from the index, and its deadlines never fired after a restore).
-    at = value.rfind(_TIMERS_FIELD)
-    if at >= 0 and value.startswith(b"[]", at + len(_TIMERS_FIELD)):
-        machine, state = _MACHINE.search(value), _STATE.search(value)
-        entered = _ENTERED.search(value)
-        if machine and state and entered:
-            where = (machine.group(1).decode(), state.group(1).decode(), int(entered.group(1)))
-            return where, []
+def _index_fields(value: bytes, index: bytes | None = None) -> tuple[Where, TimerMarks]:
+    """((machine, state, entered_state_at_ms), timers) of a snapshot record: from its
+    index header, or, for a record written without one, from the snapshot itself."""
+    if index is not None:
+        return parse_index(index)
     data = json.loads(value)
     timers = [(t["due_at_ms"], t["revision"], t["name"]) for t in data.get("timers", [])]
     return (data["machine"], data["state"], data["entered_state_at_ms"]), timers
+
+
+def _revision_of(value: bytes, header: bytes | None = None) -> int:
+    """A transition record's revision: from its header, or from the record itself."""
+    revision = json.loads(value)["revision"] if header is None else header
+    return int(revision)
 
 
 @dataclass(frozen=True)
@@ -341,18 +331,21 @@ class PartitionStore:
 
     def restore(
         self,
-        snapshots: Iterable[tuple[bytes, bytes | None]],
-        transitions: Iterable[tuple[bytes, bytes]],
+        snapshots: Iterable[ChangelogRecord],
+        transitions: Iterable[TransitionRecord],
         offsets: dict[str, int],
     ) -> None:
-        """Apply records read back from the changelog and transitions topics (key, value).
-        Restore speed is decoding speed, so values are stored as read and only what the
-        indexes need is decoded: the latest snapshot's timers, a transition's revision."""
+        """Apply records read back from the changelog and transitions topics: (key, value)
+        and, when the record has one, its index header (INDEX_HEADER, REVISION_HEADER).
+        Restore speed is decoding speed, so values are stored as read and what the
+        indexes need comes from the headers (decoded from the value only without one)."""
         batch = WriteBatch(raw_mode=True)
         self._counts = None  # counted again when next asked
         latest: dict[str, bytes | None] = {}
         marks: dict[str, Fired] = {}
-        for key, value in snapshots:
+        armed: dict[str, list[tuple[int, int, str]]] = {}
+        where_of: dict[str, Where] = {}
+        for key, value, *header in snapshots:
             try:
                 if key.startswith(FIRED_CHANGELOG_PREFIX):
                     run_id = key[len(FIRED_CHANGELOG_PREFIX) :].decode()
@@ -361,15 +354,17 @@ class PartitionStore:
                         batch.put(_FIRED + run_id.encode(), value)
                     continue
                 run_id = key.decode()
-                if value is not None:
-                    _index_fields(value)  # what the indexes need must be there
+                if value is None:
+                    where_of.pop(run_id, None)
+                    armed.pop(run_id, None)
+                else:
+                    where_of[run_id], armed[run_id] = _index_fields(value, *header[:1])
                 latest[run_id] = value
             except (ValueError, KeyError, TypeError) as exc:
                 # Not written by this layout (a record by hand, or by an older version
                 # that let a run id spell the fired-mark prefix): skipped, not fatal.
                 self.unreadable += 1
                 log.error("store %s: changelog record %r skipped: %r", self.path, key[:80], exc)
-        armed: dict[str, list[tuple[int, int, str]]] = {}
         runs = sorted(latest)
         olds = self._get_many([_BY_STATE_OF + r.encode() for r in runs])
         for run_id, old in zip(runs, olds, strict=True):
@@ -380,19 +375,16 @@ class PartitionStore:
                 self._index_state(batch, run_id, old, None)
             else:
                 batch.put(_run_key(run_id), value)
-                where, armed[run_id] = _index_fields(value)
-                self._index_state(batch, run_id, old, where)
-        for key, value in transitions:
-            match = _REVISION.search(value)
+                self._index_state(batch, run_id, old, where_of[run_id])
+        for key, value, *header in transitions:
             try:
                 run_id = key.decode()
-            except UnicodeDecodeError:
-                match = None
-            if match is None:
+                revision = _revision_of(value, *header[:1])
+            except (ValueError, KeyError, TypeError) as exc:
                 self.unreadable += 1
-                log.error("store %s: transition record %r skipped", self.path, key[:80])
+                log.error("store %s: transition record %r skipped: %r", self.path, key[:80], exc)
                 continue
-            batch.put(_history_key(run_id, int(match.group(1))), value)
+            batch.put(_history_key(run_id, revision), value)
         changed = sorted(set(latest) | set(marks))
         # One multi-get for what the index had and which timers fired, not two gets a run.
         olds = self._get_many([_TIMER_OF + r.encode() for r in changed])

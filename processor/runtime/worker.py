@@ -52,7 +52,7 @@ from processor.runtime.outputs import (
 from processor.runtime.poison import Quarantine, is_record_error
 from processor.runtime.producer import TransactionalProducer
 from processor.runtime.punctuator import Punctuator
-from processor.runtime.restore import restore_partitions
+from processor.runtime.restore import RestoreJob
 from processor.runtime.statedir import StateDir, StateDirBusy
 from processor.runtime.store import FIRED_CHANGELOG_PREFIX, InState, PartitionStore
 from processor.runtime.stores import StoreRegistry
@@ -136,7 +136,10 @@ class Worker:
         # Kept until the process ends, also when broken (see producer.py).
         self.producer: TransactionalProducer | None = None
         self.checkpoint: Checkpoint | None = None
-        self._broken = False  # gave up on its clients: never call them again
+        self.broken = False  # gave up on its clients: never call them again
+        self._restores: list[RestoreJob] = []
+        self.assigned = False  # has had an assignment (possibly empty) from the group
+        self.last_turn = time.monotonic()  # when the loop last turned (liveness)
 
     # -- life cycle ------------------------------------------------------------
     @staticmethod
@@ -291,7 +294,7 @@ class Worker:
         except ClientBroken:
             # Its clients may block in any further call, their destructors too: they stay
             # referenced (self.consumer, self.producer) until the process image ends.
-            self._broken = True
+            self.broken = True
             raise
         finally:
             self._close()
@@ -299,6 +302,9 @@ class Worker:
     def _step(self, interval: float) -> None:
         """One turn of the loop: a batch of proposals, due timers, a checkpoint if due."""
         assert self.consumer is not None and self.producer is not None
+        self.last_turn = time.monotonic()
+        if self._restores:
+            self._finish_restores()
         aborts = self.stats.aborts
         for msg in self.consumer.consume(num_messages=500, timeout=0.05):
             err = msg.error()
@@ -376,7 +382,8 @@ class Worker:
                 yield name, state, sum(c[(name, state)] for c in counts)
 
     def _close(self) -> None:
-        if self._broken:
+        self._cancel_restores()
+        if self.broken:
             # Never call a broken client again: any call may block (see producer.py).
             self.stores.close()
             self.state_dir.release()
@@ -548,25 +555,64 @@ class Worker:
 
     # -- rebalancing -----------------------------------------------------------
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Take the partitions, paused, and restore their stores beside the loop: a
+        restore inside this callback held the loop, and one longer than
+        max.poll.interval.ms cost the worker its place in the group."""
+        self.assigned = True
         assigned = sorted(tp.partition for tp in partitions)
         if not assigned:
             return
+        if self.config.static_membership:  # eager: this is the whole assignment
+            consumer.assign(partitions)
+        else:
+            consumer.incremental_assign(partitions)
+        consumer.pause(partitions)
         new = {p: PartitionStore(self.state_dir.partition(p)) for p in assigned}
+        self._restores.append(RestoreJob(self.config.kafka, self.topics, new))
         self.metrics.restoring.set(1)
-        try:
-            restored = restore_partitions(self.config.kafka, self.topics, new)
-            for store in new.values():
-                store.state_counts()  # counted here, not in the first scrape
-        finally:
+        log.info("assigned partitions %s: restoring their stores", assigned)
+
+    def _finish_restores(self) -> None:
+        """Partitions whose restore is done join the owned ones and are resumed, from
+        their committed offsets (anything fetched before the pause was not decided)."""
+        for job in [j for j in self._restores if j.done]:
+            self._restores.remove(job)
+            if job.error is not None:
+                raise job.error
+            self.metrics.restored.inc(job.applied)
+            self.stats.restored_records += job.applied
+            self.stores.add(job.stores)
+            partitions = sorted(job.stores)
+            self._rewind(partitions)
+            assert self.consumer is not None
+            self.consumer.resume([TopicPartition(self.topics.proposals, p) for p in partitions])
+            log.info("restored partitions %s (now %s)", partitions, self.stores.owned())
+        if not self._restores:
             self.metrics.restoring.set(0)
-        self.metrics.restored.inc(restored)
-        self.stats.restored_records += restored
-        self.stores.add(new)
-        log.info("assigned partitions %s (now %s)", assigned, self.stores.owned())
+
+    def _cancel_restores(self, partitions: list[int] | None = None) -> None:
+        """Stop restoring `partitions` (all: None) and close their stores."""
+        for job in list(self._restores):
+            if partitions is None or set(job.stores) & set(partitions):
+                job.cancel()
+                self._restores.remove(job)
+                keep = {p: s for p, s in job.stores.items() if partitions and p not in partitions}
+                for p, store in job.stores.items():
+                    if p not in keep:
+                        store.close()
+                if keep:  # the rest of that job's partitions are still ours
+                    self._restores.append(RestoreJob(self.config.kafka, self.topics, keep))
+        if not self._restores:
+            self.metrics.restoring.set(0)
+
+    @property
+    def restoring(self) -> list[int]:
+        return sorted(p for job in self._restores for p in job.stores)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Commit what was processed while the generation is still valid, then let go.
         self._commit()
+        self._cancel_restores([tp.partition for tp in partitions])
         self._drop([tp.partition for tp in partitions])
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -574,9 +620,12 @@ class Worker:
         checkpoint = self.checkpoint
         if checkpoint is not None and checkpoint.open:
             self._abort("partitions lost")
+        self._cancel_restores([tp.partition for tp in partitions])
         self._drop([tp.partition for tp in partitions])
 
     def _drop(self, partitions: list[int]) -> None:
+        if self.checkpoint is not None:
+            self.checkpoint.release(partitions)
         self.stores.drop(partitions)
         for p in partitions:
             self._lag.pop(p, None)

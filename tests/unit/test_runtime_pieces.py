@@ -233,22 +233,26 @@ def test_broker_cluster_ids_never_start_with_a_dash() -> None:
     assert all(len(i) == 22 for i in ids)
 
 
-def test_restore_reads_index_fields_without_decoding_like_json() -> None:
-    """The fast path (no timers) finds machine, state and entered time as json would,
+def test_restore_reads_index_fields_from_the_header_as_from_the_record() -> None:
+    """Restore reads a snapshot's index fields from its changelog record's header (not
+    decoding the record), and from the record only when it has no header; both agree,
     whatever a step's free-form result holds."""
+    from processor.runtime.outputs import snapshot_index
     from processor.runtime.store import _index_fields
     from tests.unit.driver import Driver
 
     run = Driver(run_id="f/1")
-    run.create("run_state")
+    run.create("task_lifecycle", deadlines={"heartbeat_timeout_ms": 60_000})
     run.commit("start")
     run.commit("step_started", payload={"step": "s", "idempotency_key": "f/1:s"})
-    commit = run.commit(
-        "step_succeeded",
-        payload={"step": "s", "result": {"state": "x", "machine": "y", "entered_state_at_ms": 1}},
-    )
+    result = {"state": "x", "machine": "y", "entered_state_at_ms": 1, "timers": []}
+    commit = run.commit("step_succeeded", payload={"step": "s", "result": result})
+    assert commit.snapshot.timers
     value = commit.snapshot.model_dump_json().encode()
     data = json.loads(value)
-    where, timers = _index_fields(value)
-    assert where == (data["machine"], data["state"], data["entered_state_at_ms"])
-    assert timers == [(t["due_at_ms"], t["revision"], t["name"]) for t in data["timers"]]
+    expected = (
+        (data["machine"], data["state"], data["entered_state_at_ms"]),
+        [(t["due_at_ms"], t["revision"], t["name"]) for t in data["timers"]],
+    )
+    assert _index_fields(value, None) == expected
+    assert _index_fields(value, snapshot_index(commit.snapshot)) == expected
