@@ -558,9 +558,9 @@ class Worker:
         """Take the partitions, paused, and restore their stores beside the loop: a
         restore inside this callback held the loop, and one longer than
         max.poll.interval.ms cost the worker its place in the group."""
-        self.assigned = True
         assigned = sorted(tp.partition for tp in partitions)
         if not assigned:
+            self.assigned = True
             return
         if self.config.static_membership:  # eager: this is the whole assignment
             consumer.assign(partitions)
@@ -569,6 +569,7 @@ class Worker:
         consumer.pause(partitions)
         new = {p: PartitionStore(self.state_dir.partition(p)) for p in assigned}
         self._restores.append(RestoreJob(self.config.kafka, self.topics, new))
+        self.assigned = True  # after the job is listed: /readyz must not see a gap
         self.metrics.restoring.set(1)
         log.info("assigned partitions %s: restoring their stores", assigned)
 
@@ -576,7 +577,6 @@ class Worker:
         """Partitions whose restore is done join the owned ones and are resumed, from
         their committed offsets (anything fetched before the pause was not decided)."""
         for job in [j for j in self._restores if j.done]:
-            self._restores.remove(job)
             if job.error is not None:
                 raise job.error
             self.metrics.restored.inc(job.applied)
@@ -586,6 +586,7 @@ class Worker:
             self._rewind(partitions)
             assert self.consumer is not None
             self.consumer.resume([TopicPartition(self.topics.proposals, p) for p in partitions])
+            self._restores.remove(job)  # after its stores are owned: no gap for /readyz
             log.info("restored partitions %s (now %s)", partitions, self.stores.owned())
         if not self._restores:
             self.metrics.restoring.set(0)
