@@ -5,5 +5,9 @@ COPY pyproject.toml README.md ./
 COPY schemas ./schemas
 COPY processor ./processor
 RUN pip install --no-cache-dir .
+# A worker is healthy when ready: in its group, its partitions restored, clients healthy
+# (GET /readyz). Other commands of the image exit before the first check.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
+  CMD ["python", "-m", "processor.runtime.probe", "readyz"]
 ENTRYPOINT []
 CMD ["runstate", "--help"]

@@ -36,6 +36,37 @@ def test_compose_runs_topic_setup_before_the_worker() -> None:
     assert services["worker"]["depends_on"]["topics"]["condition"] == (
         "service_completed_successfully"
     )
+    probe = ["CMD", "python", "-m", "processor.runtime.probe", "readyz"]
+    assert services["worker"]["healthcheck"]["test"] == probe
+    assert (
+        'CMD ["python", "-m", "processor.runtime.probe", "readyz"]'
+        in (ROOT / "Dockerfile").read_text()
+    )
+
+
+def test_the_health_probe_answers_from_the_worker_api() -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from processor.runtime.probe import main, probe
+
+    class Ready(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200 if self.path == "/livez" else 503)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Ready)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        assert probe("livez", port) and not probe("readyz", port)
+        assert not probe("livez", 1)  # nobody there
+        assert main(["probe", "nonsense"]) == 2
+    finally:
+        server.shutdown()
 
 
 def test_missing_java_names_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
