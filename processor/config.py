@@ -8,7 +8,14 @@ dots written as underscores (RUNSTATE_KAFKA_SASL_MECHANISM=PLAIN -> sasl.mechani
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from processor.engine import Machine
+from processor.intake import DEFAULT_MAX_PROPOSAL_BYTES
+from processor.keyring import Keyring
+from processor.pipeline import DEFAULT_MAX_STATE_BYTES
+from processor.topics import TopicNames
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 KAFKA_ENV_PREFIX = "RUNSTATE_KAFKA_"
@@ -62,3 +69,26 @@ class KafkaSettings:
             **self.client_config,
             **(overrides or {}),
         }
+
+
+@dataclass
+class WorkerConfig:
+    """What a worker runs with, either runtime: Kafka, topics, keys, machines, state."""
+
+    kafka: KafkaSettings
+    topics: TopicNames
+    keyring: Keyring
+    machines: Mapping[str, Machine]
+    state_dir: Path
+    group_id: str = "runstate"
+    worker_id: str | None = None
+    commit_interval_ms: int = 100
+    commit_max_records: int = 1_000
+    max_proposal_bytes: int = DEFAULT_MAX_PROPOSAL_BYTES
+    max_state_bytes: int = DEFAULT_MAX_STATE_BYTES
+    transaction_timeout_ms: int = 10_000
+    timer_interval_ms: int = 200
+    timer_key_id: str | None = None  # keyring key that signs deadline proposals
+    static_membership: bool = False  # group.instance.id = worker id (KIP-345)
+    http_host: str = "127.0.0.1"
+    http_port: int | None = 0  # None: no HTTP server; 0: a free port

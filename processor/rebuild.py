@@ -19,10 +19,10 @@ from confluent_kafka.admin import AdminClient
 
 from processor.config import KafkaSettings
 from processor.engine import Machine
+from processor.outputs import INDEX_HEADER, snapshot_index
 from processor.partitioning import partition_for
 from processor.readback import offset_for_time, read_partition
 from processor.replay import Replayed, ReplayProblem, apply_transitions
-from processor.runtime.outputs import INDEX_HEADER, snapshot_index
 from processor.runtime.statedir import StateDir
 from processor.runtime.store import PartitionStore, TransitionRecord
 from processor.topics import TopicNames, create_topics, plan_topics

@@ -103,7 +103,7 @@ max_state_bytes_option = option(
 )
 
 
-def kafka_options(command: Callable[..., Any]) -> Callable[..., Any]:
+def _kafka_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """--bootstrap-servers, -X and --topic-prefix: what every command that talks to
     Kafka takes, in the same order everywhere."""
     return bootstrap_option(kafka_setting_option(topic_prefix_option(command)))  # type: ignore[no-any-return]
@@ -118,7 +118,7 @@ class KafkaContext:
 
 
 def pass_kafka(command: Callable[..., Any]) -> Callable[..., Any]:
-    """The options of `kafka_options`, passed to the command resolved as one
+    """The options of `_kafka_options`, passed to the command resolved as one
     `kafka: KafkaContext` argument (-X and --bootstrap-servers over RUNSTATE_KAFKA_*,
     --topic-prefix). A -X that is not key=value is a usage error naming -X."""
 
@@ -139,4 +139,4 @@ def pass_kafka(command: Callable[..., Any]) -> Callable[..., Any]:
         kafka = KafkaContext(settings, TopicNames.with_prefix(topic_prefix))
         return command(*args, kafka=kafka, **kwargs)
 
-    return kafka_options(resolved)
+    return _kafka_options(resolved)

@@ -12,23 +12,24 @@ from pathlib import Path
 import click
 
 from processor.cli.options import (
+    KafkaContext,
     group_id_option,
-    kafka_options,
     keyring_file_option,
     machine_path_option,
     max_proposal_bytes_option,
     max_state_bytes_option,
     option,
+    pass_kafka,
     state_dir_option,
 )
-from processor.config import KafkaSettings
+from processor.config import WorkerConfig
 from processor.engine.parse import MachineFileError
+from processor.errors import ClientBroken, WorkerError
 from processor.keyring import KeyringError, load_keyring
 from processor.logs import FORMATS, setup_logging
 from processor.machines import load_catalog
 from processor.runtime.http import serve
-from processor.runtime.worker import ClientBroken, Worker, WorkerConfig, WorkerError
-from processor.topics import TopicNames
+from processor.runtime.worker import Worker
 
 
 @click.command()
@@ -40,7 +41,7 @@ from processor.topics import TopicNames
     help="native: confluent-kafka, exactly once. faust: a faust-streaming app over a "
     "rocksdict Table, at least once with recognisable duplicates (see README).",
 )
-@kafka_options
+@pass_kafka
 @group_id_option
 @state_dir_option
 @option(
@@ -118,9 +119,7 @@ from processor.topics import TopicNames
 )
 def worker(
     runtime: str,
-    bootstrap_servers: str | None,
-    kafka_settings: tuple[str, ...],
-    topic_prefix: str,
+    kafka: KafkaContext,
     group_id: str,
     state_dir: Path,
     worker_id: str | None,
@@ -152,12 +151,12 @@ def worker(
     if runtime == "native":
         setup_logging(log_level, log_format)
     try:
-        settings = KafkaSettings.resolve(bootstrap_servers, kafka_settings)
+        settings = kafka.settings
         keyring = load_keyring(keyring_file, os.environ.get("RUNSTATE_KEYRING"))
         machines = load_catalog(machine_paths)
         config = WorkerConfig(
             kafka=settings,
-            topics=TopicNames.with_prefix(topic_prefix),
+            topics=kafka.topics,
             keyring=keyring,
             machines=machines,
             state_dir=state_dir,

@@ -2,7 +2,8 @@
 
 from confluent_kafka.admin import AdminClient
 
-from processor.runtime.worker import WorkerConfig, WorkerError
+from processor.config import WorkerConfig
+from processor.errors import WorkerError
 
 
 def run_faust_worker(config: WorkerConfig, http_port: int, log_level: str = "info") -> None:

@@ -27,13 +27,13 @@ from typing import Any, cast
 import faust
 from faust.web import Request, Response, View
 
+from processor.config import WorkerConfig
 from processor.faust_runtime.positions import Positions, Verdict
 from processor.faust_runtime.table import NEXT_OFFSET_KEY, SOURCE_OFFSET_HEADER, RunsTable
 from processor.faust_runtime.transport import Consumer, Transport, Unreadable
+from processor.outputs import OutputRecord, Source, dead_letter_record, outcome_records
 from processor.partitioning import partition_for
 from processor.pipeline import DeadLetterReason, Outcome, decide_record
-from processor.runtime.outputs import OutputRecord, Source, dead_letter_record, outcome_records
-from processor.runtime.worker import WorkerConfig
 from schemas.messages import RunSnapshot
 
 log = logging.getLogger("runstate.faust")

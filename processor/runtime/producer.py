@@ -17,7 +17,7 @@ from collections.abc import Callable
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from processor.config import KafkaSettings
-from processor.runtime.errors import ClientBroken, ClientHung
+from processor.errors import ClientBroken, ClientHung
 
 # How long past its own timeout a transactional call may take before it counts as hung.
 HUNG_AFTER_S = 5.0

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from processor.intake import signed_headers
-from processor.runtime.outputs import OutputRecord
+from processor.outputs import OutputRecord
 from processor.runtime.store import FIRED_CHANGELOG_PREFIX, PartitionTransaction
 from processor.topics import TopicNames
 from schemas.identifiers import MAX_PROPOSAL_ID_BYTES

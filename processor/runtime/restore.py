@@ -22,8 +22,8 @@ from confluent_kafka import (
 )
 
 from processor.config import KafkaSettings
+from processor.outputs import INDEX_HEADER, REVISION_HEADER
 from processor.readback import watermarks
-from processor.runtime.outputs import INDEX_HEADER, REVISION_HEADER
 from processor.runtime.store import ChangelogRecord, PartitionStore, TransitionRecord
 from processor.topics import TopicNames
 

@@ -28,7 +28,7 @@ from typing import Any
 from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch
 
 from processor.engine import Commit
-from processor.runtime.outputs import TimerMarks, Where, parse_index
+from processor.outputs import TimerMarks, Where, parse_index
 from schemas.messages import Rejection, RunSnapshot, Transition
 
 _SNAPSHOT = b"s/"

@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,16 +31,11 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
-from processor.config import KafkaSettings
-from processor.engine import Commit, Machine
-from processor.intake import DEFAULT_MAX_PROPOSAL_BYTES, Headers
-from processor.keyring import Keyring
-from processor.pipeline import DEFAULT_MAX_STATE_BYTES, DeadLetterReason, Outcome, decide_record
-from processor.runtime import cluster
-from processor.runtime.checkpoint import Checkpoint
-from processor.runtime.errors import ClientBroken, ClientHung, WorkerError
-from processor.runtime.metrics import WorkerMetrics
-from processor.runtime.outputs import (
+from processor.config import WorkerConfig
+from processor.engine import Commit
+from processor.errors import ClientBroken, WorkerError
+from processor.intake import Headers
+from processor.outputs import (
     DEFAULT_MESSAGE_MAX_BYTES,
     RECORD_OVERHEAD,
     UNLIMITED,
@@ -49,6 +44,10 @@ from processor.runtime.outputs import (
     dead_letter_record,
     outcome_records,
 )
+from processor.pipeline import DeadLetterReason, Outcome, decide_record
+from processor.runtime import cluster
+from processor.runtime.checkpoint import Checkpoint
+from processor.runtime.metrics import WorkerMetrics
 from processor.runtime.poison import Quarantine, is_record_error
 from processor.runtime.producer import TransactionalProducer
 from processor.runtime.punctuator import Punctuator
@@ -56,38 +55,15 @@ from processor.runtime.restore import RestoreJob
 from processor.runtime.statedir import StateDir, StateDirBusy
 from processor.runtime.store import FIRED_CHANGELOG_PREFIX, InState, PartitionStore
 from processor.runtime.stores import StoreRegistry
-from processor.topics import TopicNames, describe_topics, max_message_bytes, plan_topics
+from processor.topics import describe_topics, max_message_bytes, plan_topics
 from schemas.identifiers import MAX_RUN_ID_BYTES
 from schemas.messages import Rejection, RunSnapshot
-
-__all__ = ["ClientBroken", "ClientHung", "Worker", "WorkerConfig", "WorkerError"]
 
 log = logging.getLogger("runstate.worker")
 
 LAG_INTERVAL_S = 1.0
 # For the DLQ record of a record whose outcome the broker refused: a few KB of its bytes.
 SMALL = RecordLimits(default=8 * 1024)
-
-
-@dataclass
-class WorkerConfig:
-    kafka: KafkaSettings
-    topics: TopicNames
-    keyring: Keyring
-    machines: Mapping[str, Machine]
-    state_dir: Path
-    group_id: str = "runstate"
-    worker_id: str | None = None
-    commit_interval_ms: int = 100
-    commit_max_records: int = 1_000
-    max_proposal_bytes: int = DEFAULT_MAX_PROPOSAL_BYTES
-    max_state_bytes: int = DEFAULT_MAX_STATE_BYTES
-    transaction_timeout_ms: int = 10_000
-    timer_interval_ms: int = 200
-    timer_key_id: str | None = None  # keyring key that signs deadline proposals
-    static_membership: bool = False  # group.instance.id = worker id (KIP-345)
-    http_host: str = "127.0.0.1"
-    http_port: int | None = 0  # None: no HTTP server; 0: a free port
 
 
 @dataclass

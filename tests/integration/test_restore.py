@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
+from processor.outputs import INDEX_HEADER, snapshot_index
 from processor.partitioning import partition_for
-from processor.runtime.outputs import INDEX_HEADER, snapshot_index
 from processor.topics import TopicNames
 from schemas.messages import Transition
 from tests.integration.harness import Env, WorkerProcess, make_env

@@ -14,13 +14,13 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from processor.cli import worker as worker_cli
-from processor.config import KafkaSettings
+from processor.config import KafkaSettings, WorkerConfig
+from processor.errors import ClientBroken, ClientHung
 from processor.keyring import generate_keyring
 from processor.machines import builtin_machines
 from processor.runtime import producer
-from processor.runtime.errors import ClientBroken, ClientHung
 from processor.runtime.producer import abort_transaction, bounded
-from processor.runtime.worker import Worker, WorkerConfig
+from processor.runtime.worker import Worker
 from processor.topics import TopicNames
 
 

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from processor.cli.main import cli
-from processor.cli.options import KafkaContext, kafka_options, pass_kafka
+from processor.cli.options import KafkaContext, pass_kafka
 from processor.config import DEFAULT_BOOTSTRAP, KafkaSettings
 from processor.topics import TopicNames
 
@@ -91,21 +91,3 @@ def test_help_names_every_kafka_option_and_its_variable(command: list[str]) -> N
     ):
         assert text in result.output, f"{command}: {text}"
     assert "kafka_settings" not in result.output and "KafkaContext" not in result.output
-
-
-def test_kafka_options_still_passes_the_three_values() -> None:
-    """What `runstate worker` takes until it moves onto `pass_kafka`."""
-    seen: list[Any] = []
-
-    @click.command()
-    @kafka_options
-    def raw(
-        bootstrap_servers: str | None, kafka_settings: tuple[str, ...], topic_prefix: str
-    ) -> None:
-        seen.append((bootstrap_servers, kafka_settings, topic_prefix))
-
-    result = CliRunner().invoke(
-        raw, ["-X", "a=b", "-X", "nonsense"], env={"RUNSTATE_BOOTSTRAP_SERVERS": None}
-    )
-    assert result.exit_code == 0, result.output
-    assert seen == [(None, ("a=b", "nonsense"), "runstate.")]

@@ -27,14 +27,14 @@ from processor.engine import Commit
 from processor.intake import HEADER_KEY_ID, HEADER_SIGNATURE, Headers, signed_headers
 from processor.keyring import generate_keyring
 from processor.machines import builtin_machines
-from processor.pipeline import DeadLetterReason, Outcome, decide_record
-from processor.runtime.outputs import (
+from processor.outputs import (
     MAX_OUTPUT_KEY_BYTES,
     OutputRecord,
     RecordLimits,
     Source,
     outcome_records,
 )
+from processor.pipeline import DeadLetterReason, Outcome, decide_record
 from processor.runtime.store import (
     FIRED_CHANGELOG_PREFIX,
     NOT_FIRED,
