@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from benchmarks.contenders import Running, Setup
+from benchmarks.records import RawRecord
 from processor.config import KafkaSettings
 from processor.runtime.restore import restore_partitions
 from processor.runtime.store import PartitionStore
-from tests.faults.hostile import RawRecord
 
 PROPOSAL_ID = re.compile(rb'"proposal_id":"([^"]+)"')
 

@@ -26,6 +26,7 @@ from rich.progress import Progress
 
 from benchmarks.contenders import CONTENDERS, Setup
 from benchmarks.measure import drain, growth_and_restore, latency
+from benchmarks.records import RawRecord
 from benchmarks.report import machine, markdown, spread
 from benchmarks.workload import lives, signed
 from processor.broker.provide import provide_broker
@@ -35,7 +36,6 @@ from processor.machines import builtin_machines
 from processor.pipeline import decide_record
 from processor.topics import TopicNames, create_topics, plan_topics
 from schemas.messages import Proposal, RunSnapshot
-from tests.faults.hostile import RawRecord
 
 PARTITIONS = 3
 FULL: dict[str, Any] = {

@@ -12,13 +12,13 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
+from benchmarks.records import RawRecord
 from processor.engine import Commit, Machine
 from processor.intake import signed_headers
 from processor.keyring import Keyring
 from processor.machines import builtin_machines
 from processor.pipeline import decide_record
 from schemas.messages import Proposal, RunSnapshot
-from tests.faults.hostile import RawRecord
 
 T0_MS = 1_800_000_000_000
 

@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any
 
-from tests.faults.hostile import RawRecord
+from benchmarks.records import RawRecord
 from tests.integration import harness
 from tests.integration.harness import Env, WorkerProcess
 

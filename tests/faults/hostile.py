@@ -16,8 +16,8 @@ import json
 import os
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from benchmarks.records import RawRecord
 from processor.intake import HEADER_KEY_ID, HEADER_SIGNATURE, sign, signed_headers
 from processor.keyring import Keyring
 from processor.machines import builtin_machines
@@ -25,7 +25,6 @@ from processor.runtime.store import FIRED_CHANGELOG_PREFIX
 from schemas.codes import RejectionCode
 from schemas.identifiers import MAX_PROPOSAL_ID_BYTES, MAX_RUN_ID_BYTES
 
-Headers = list[tuple[str, str | bytes | None]]
 DLQ = "dlq"
 #: Must be committed (on a run that does not exist yet: every such record creates one).
 COMMIT = "commit"
@@ -35,15 +34,6 @@ SCHEMA_INVALID = RejectionCode.SCHEMA_INVALID.value
 #: Records near the broker's default record limit (1 MB): only this share of the
 #: hostile records (at least two), so the harness stays fast.
 HEAVY_EVERY = 300
-
-
-@dataclass(frozen=True)
-class RawRecord:
-    key: bytes | None
-    value: bytes | None
-    headers: Headers
-    kind: str = "good"
-    expect: str | None = None  # DLQ or a rejection code; None for the good workload
 
 
 def _proposal(run_id: str, proposal_id: str, **fields: object) -> bytes:
