@@ -11,7 +11,9 @@ def run_faust_worker(config: WorkerConfig, http_port: int, log_level: str = "inf
     import faust
 
     from processor.faust_runtime.app import build_app
+    from processor.faust_runtime.kafka import faust_kafka_settings
 
+    faust_kafka_settings(config.kafka.client_config)  # refuses what Faust cannot take, first
     meta = AdminClient(config.kafka.client()).list_topics(config.topics.proposals, timeout=30)
     topic = meta.topics.get(config.topics.proposals)
     if topic is None or topic.error is not None:

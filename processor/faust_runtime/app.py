@@ -15,7 +15,8 @@ committed, so it cannot give the native worker's exactly-once. What it gives ins
     commit restored from the changelog, `table`) is not decided again; any other is
     decided against the snapshot it saw the first time and gets the same outcome, so
     the state never moves twice for one proposal id.
-The Faust runtime keeps no deadlines or alerts.
+Deadlines and alerts fire through the native worker's punctuator (`timers`), at least
+once: each is marked fired in the table and its changelog once its record is delivered.
 """
 
 import logging
@@ -28,12 +29,16 @@ import faust
 from faust.web import Request, Response, View
 
 from processor.config import WorkerConfig
+from processor.engine import Commit
+from processor.faust_runtime.kafka import faust_kafka_settings
 from processor.faust_runtime.positions import Positions, Verdict
 from processor.faust_runtime.table import NEXT_OFFSET_KEY, SOURCE_OFFSET_HEADER, RunsTable
+from processor.faust_runtime.timers import DueIndex, TableTimers
 from processor.faust_runtime.transport import Consumer, Transport, Unreadable
 from processor.outputs import OutputRecord, Source, dead_letter_record, outcome_records
 from processor.partitioning import partition_for
 from processor.pipeline import DeadLetterReason, Outcome, decide_record
+from processor.runtime.punctuator import Punctuator, timer_key
 from schemas.messages import RunSnapshot
 
 log = logging.getLogger("runstate.faust")
@@ -46,6 +51,8 @@ class FaustStats:
     rejections: int = 0
     dead_letters: int = 0
     skipped: int = 0  # decided before a crash, outcome already delivered
+    deadlines_fired: int = 0
+    alerts_raised: int = 0
     started_at: float = field(default_factory=time.time)
 
 
@@ -61,10 +68,16 @@ def build_app(config: WorkerConfig, partitions: int, http_port: int) -> faust.Ap
     topics = config.topics
     datadir = Path(config.state_dir) / config.group_id / "faust"
     datadir.mkdir(parents=True, exist_ok=True)
+    kafka: dict[str, Any] = {
+        # The native worker's failover time (Faust's default is 60 s).
+        "broker_session_timeout": 10.0,
+        "broker_heartbeat_interval": 2.0,
+        # The user's -X settings, as Faust's (every one has an equivalent or is refused).
+        **faust_kafka_settings(config.kafka.client_config),
+    }
     app = App(
         config.group_id,
         broker=[f"kafka://{b}" for b in config.kafka.bootstrap_servers.split(",")],
-        broker_credentials=None,
         store="rocksdb://",
         processing_guarantee="at_least_once",
         datadir=str(datadir),
@@ -74,15 +87,13 @@ def build_app(config: WorkerConfig, partitions: int, http_port: int) -> faust.Ap
         consumer_auto_offset_reset="earliest",
         # Faust commits offsets on a timer; below about a second it overlaps itself.
         broker_commit_interval=max(1.0, config.commit_interval_ms / 1000),
-        # The native worker's failover time (Faust's default is 60 s).
-        broker_session_timeout=10.0,
-        broker_heartbeat_interval=2.0,
         web_enabled=True,
         web_bind=config.http_host,
         web_port=http_port,
         web_in_thread=False,
         key_serializer="raw",
         value_serializer="raw",
+        **kafka,
     )
     # Raw bytes everywhere (app-wide serializers): the same wire format as the native worker.
     # Faust's acknowledgements off: it acknowledges records it skipped around a
@@ -92,7 +103,10 @@ def build_app(config: WorkerConfig, partitions: int, http_port: int) -> faust.Ap
     rejections = app.topic(topics.rejections)
     dlq = app.topic(topics.dlq)
     changelog = app.topic(topics.changelog, partitions=partitions)
+    alerts = app.topic(topics.alerts)
     outputs = {
+        topics.proposals: proposals,  # deadlines that fell due
+        topics.alerts: alerts,
         topics.transitions: transitions,
         topics.rejections: rejections,
         topics.dlq: dlq,
@@ -152,6 +166,64 @@ def build_app(config: WorkerConfig, partitions: int, http_port: int) -> faust.Ap
             await consumer().commit_positions(offsets)
 
     stats = FaustStats()
+    punctuator = Punctuator(topics, timer_key(config.keyring, config.timer_key_id))
+    due_index = DueIndex()
+    indexed_after = {"recoveries": -1}
+
+    @app.timer(interval=config.timer_interval_ms / 1000)  # type: ignore[untyped-decorator]
+    async def fire_timers() -> None:
+        """Every due timer of the partitions this worker owns, fired once (`timers`)."""
+        if app.rebalancing or app.in_recovery:
+            return
+        if indexed_after["recoveries"] != runs.recoveries:  # partitions restored: re-read
+            due_index.forget()
+            indexed_after["recoveries"] = runs.recoveries
+        now_ms = int(time.time() * 1000)
+        owned_now = owned()
+        for partition in range(partitions):
+            if partition not in owned_now or not runs.holds(partition):
+                due_index.forget(partition)
+                continue
+            if not due_index.indexed(partition):
+                count = due_index.rebuild(partition, runs.partition_items(partition))
+                log.info("partition %d: %d runs with timers indexed", partition, count)
+            due = due_index.due_runs(partition, now_ms)
+            if not due:
+                continue
+            state = TableTimers(runs, partition)
+            try:
+                await fire_due(partition, now_ms, state, due)
+            except Exception:
+                # Those not marked fire at the next tick: the index is read again.
+                log.exception("firing timers of partition %d failed; trying again", partition)
+                due_index.forget(partition)
+
+    async def fire_due(partition: int, now_ms: int, state: TableTimers, due: list[str]) -> None:
+        for firing in punctuator.fire(now_ms, state, due):
+            # Each record acknowledged before the next: the proposal or alert, then the
+            # mark; the mark reaches the table last.
+            for record in firing.records:
+                sent = await outputs[record.topic].send(
+                    key=record.key,
+                    value=record.value,
+                    partition=partition,
+                    headers=cast(Any, record.headers),
+                )
+                await sent
+            snapshot, timer = firing.snapshot, firing.timer
+            state.persist(snapshot.run_id)
+            if timer.kind == "deadline":
+                stats.deadlines_fired += 1
+                log.info(
+                    "deadline %s of %s (revision %d) fired: proposing %s",
+                    timer.name,
+                    snapshot.run_id,
+                    timer.revision,
+                    timer.event,
+                )
+            else:
+                stats.alerts_raised += 1
+                log.warning("alert %s: run %s in %s", timer.name, snapshot.run_id, snapshot.state)
 
     def snapshot_of(run_id: str) -> RunSnapshot | None:
         raw_value = runs.get(run_id.encode())
@@ -230,6 +302,8 @@ def build_app(config: WorkerConfig, partitions: int, http_port: int) -> faust.Ap
             delivered(message, last)
             if snapshot is not None:
                 runs.data[snapshot.key] = snapshot.value
+                if isinstance(outcome, Commit):
+                    due_index.note(partition, outcome.snapshot)
                 stats.transitions += 1
             elif isinstance(outcome, DeadLetterReason):
                 stats.dead_letters += 1

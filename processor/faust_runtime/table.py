@@ -9,11 +9,11 @@ were refused or dead-lettered against the snapshot it left, so deciding them aga
 the same outcome, byte for byte.
 """
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import faust
-from faust.types import EventT
+from faust.types import TP, EventT
 
 SOURCE_OFFSET_HEADER = "runstate-source-offset"
 # Local only (never in the changelog), in each partition's store: the offset after the
@@ -33,11 +33,39 @@ def source_offset_of(headers: Any) -> int | None:
 
 class RunsTable(faust.Table):  # type: ignore[type-arg]
     """A Faust Table that also learns, while restoring from the changelog, the latest
-    commit's source offset per partition."""
+    commit's source offset per partition; and reads and writes one partition's store
+    outside an event (the timers' `PartitionView`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.latest_commit: dict[int, int] = {}
+        self.recoveries = 0  # recoveries completed: the timers' index is rebuilt after each
+
+    async def on_recovery_completed(self, active_tps: set[TP], standby_tps: set[TP]) -> None:
+        await super().on_recovery_completed(active_tps, standby_tps)
+        self.recoveries += 1
+
+    def _partition_db(self, partition: int) -> Any:
+        """The partition's open RocksDB (None when this worker does not hold it)."""
+        return self.data._dbs.get(partition)  # type: ignore[attr-defined]
+
+    def holds(self, partition: int) -> bool:
+        return self._partition_db(partition) is not None
+
+    def partition_get(self, partition: int, key: bytes) -> bytes | None:
+        db = self._partition_db(partition)
+        return None if db is None else db.get(key)
+
+    def partition_put(self, partition: int, key: bytes, value: bytes) -> None:
+        db = self._partition_db(partition)
+        if db is not None:  # revoked meanwhile: its new owner restores it from the changelog
+            db.put(key, value)
+            self.data._key_index[key] = partition  # type: ignore[attr-defined]
+
+    def partition_items(self, partition: int) -> Iterator[tuple[bytes, bytes]]:
+        db = self._partition_db(partition)
+        if db is not None:
+            yield from self.data._visible_items(db)  # type: ignore[attr-defined]
 
     def note_commit(self, partition: int, offset: int) -> None:
         if offset > self.latest_commit.get(partition, -1):

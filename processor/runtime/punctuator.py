@@ -5,17 +5,50 @@ fires it again. Driven by any runtime with "now" and a partition's store."""
 
 import hashlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
+from processor.errors import WorkerError
 from processor.intake import signed_headers
+from processor.keyring import Keyring
 from processor.outputs import OutputRecord
-from processor.runtime.store import FIRED_CHANGELOG_PREFIX, PartitionTransaction
+from processor.runtime.store import FIRED_CHANGELOG_PREFIX, Fired
 from processor.topics import TopicNames
 from schemas.identifiers import MAX_PROPOSAL_ID_BYTES
 from schemas.messages import Alert, Proposal, RunSnapshot, Timer
 
 log = logging.getLogger("runstate.worker")
+
+
+class TimerState(Protocol):
+    """A partition's runs and fired marks as a runtime sees them (staged changes included)."""
+
+    def snapshot(self, run_id: str) -> RunSnapshot | None: ...
+
+    def fired(self, run_id: str) -> Fired: ...
+
+    def stage_fired(self, run_id: str, revision: int, name: str) -> Fired:
+        """Mark the timer fired; the marks of the run at that revision, to write."""
+        ...
+
+
+def timer_key(keyring: Keyring, key_id: str | None) -> tuple[str, str]:
+    """(key id, secret) that signs the proposals deadlines become: `key_id`, else the
+    first key with authority 'runtime'."""
+    keys = keyring.keys
+    if key_id is not None:
+        entry = keys.get(key_id)
+        if entry is None:
+            raise WorkerError(f"--timer-key-id {key_id} is not in the keyring")
+        return key_id, entry.secret
+    for name, entry in sorted(keys.items()):
+        if entry.authority == "runtime":
+            return name, entry.secret
+    raise WorkerError(
+        "the keyring has no key with authority 'runtime'; deadlines are proposed with "
+        "one (add it, or name one with --timer-key-id)"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,10 +79,11 @@ class Punctuator:
         self.topics = topics
         self.timer_key = timer_key
 
-    def fire(self, now_ms: int, store: PartitionTransaction) -> Iterator[Firing]:
-        """Every timer of the store due at `now_ms` that has not fired, marked fired in
+    def fire(self, now_ms: int, store: TimerState, due_runs: Iterable[str]) -> Iterator[Firing]:
+        """Every timer of `due_runs` (the runs of the partition with a timer due at
+        `now_ms`; more is harmless) that is due and has not fired, marked fired in
         `store` as it is yielded."""
-        for run_id in store.store.due_runs(now_ms):
+        for run_id in due_runs:
             snapshot = store.snapshot(run_id)
             if snapshot is None:
                 continue

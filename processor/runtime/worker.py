@@ -50,7 +50,7 @@ from processor.runtime.checkpoint import Checkpoint
 from processor.runtime.metrics import WorkerMetrics
 from processor.runtime.poison import Quarantine, is_record_error
 from processor.runtime.producer import TransactionalProducer
-from processor.runtime.punctuator import Punctuator
+from processor.runtime.punctuator import Punctuator, timer_key
 from processor.runtime.restore import RestoreJob
 from processor.runtime.statedir import StateDir, StateDirBusy
 from processor.runtime.store import FIRED_CHANGELOG_PREFIX, InState, PartitionStore
@@ -121,19 +121,7 @@ class Worker:
     @staticmethod
     def _pick_timer_key(config: WorkerConfig) -> tuple[str, str]:
         """(key id, secret) that signs the proposals deadlines become: a runtime key."""
-        keys = config.keyring.keys
-        if config.timer_key_id is not None:
-            entry = keys.get(config.timer_key_id)
-            if entry is None:
-                raise WorkerError(f"--timer-key-id {config.timer_key_id} is not in the keyring")
-            return config.timer_key_id, entry.secret
-        for key_id, entry in sorted(keys.items()):
-            if entry.authority == "runtime":
-                return key_id, entry.secret
-        raise WorkerError(
-            "the keyring has no key with authority 'runtime'; deadlines are proposed with "
-            "one (add it, or name one with --timer-key-id)"
-        )
+        return timer_key(config.keyring, config.timer_key_id)
 
     def _check_topics(self) -> None:
         admin = AdminClient(self.config.kafka.client())
@@ -465,7 +453,7 @@ class Worker:
             store = checkpoint.store(partition)
             if store is None:
                 continue
-            for firing in self.punctuator.fire(now_ms, store):
+            for firing in self.punctuator.fire(now_ms, store, store.store.due_runs(now_ms)):
                 for record in firing.records:
                     checkpoint.produce(record, partition)
                 checkpoint.records += 1
