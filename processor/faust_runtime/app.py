@@ -26,11 +26,14 @@ from pathlib import Path
 from typing import Any, cast
 
 import faust
+from faust.types import TP
 from faust.web import Request, Response, View
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from processor.config import WorkerConfig
 from processor.engine import Commit
 from processor.faust_runtime.kafka import faust_kafka_settings
+from processor.faust_runtime.observe import StateCounts, faust_metrics
 from processor.faust_runtime.positions import Positions, Verdict
 from processor.faust_runtime.table import NEXT_OFFSET_KEY, SOURCE_OFFSET_HEADER, RunsTable
 from processor.faust_runtime.timers import DueIndex, TableTimers
@@ -38,6 +41,7 @@ from processor.faust_runtime.transport import Consumer, Transport, Unreadable
 from processor.outputs import OutputRecord, Source, dead_letter_record, outcome_records
 from processor.partitioning import partition_for
 from processor.pipeline import DeadLetterReason, Outcome, decide_record
+from processor.runtime.metrics import MetricsBatch
 from processor.runtime.punctuator import Punctuator, timer_key
 from schemas.messages import RunSnapshot
 
@@ -177,15 +181,19 @@ def build_app(config: WorkerConfig, partitions: int, http_port: int) -> faust.Ap
             return
         if indexed_after["recoveries"] != runs.recoveries:  # partitions restored: re-read
             due_index.forget()
+            state_counts.forget()
             indexed_after["recoveries"] = runs.recoveries
         now_ms = int(time.time() * 1000)
         owned_now = owned()
         for partition in range(partitions):
             if partition not in owned_now or not runs.holds(partition):
                 due_index.forget(partition)
+                state_counts.forget(partition)
                 continue
             if not due_index.indexed(partition):
-                count = due_index.rebuild(partition, runs.partition_items(partition))
+                counts = due_index.rebuild(partition, runs.partition_items(partition))
+                state_counts.rebuild(partition, counts)
+                count = due_index.size(partition)
                 log.info("partition %d: %d runs with timers indexed", partition, count)
             due = due_index.due_runs(partition, now_ms)
             if not due:
@@ -223,16 +231,45 @@ def build_app(config: WorkerConfig, partitions: int, http_port: int) -> faust.Ap
                 )
             else:
                 stats.alerts_raised += 1
+                metrics.alerts.labels(snapshot.machine, timer.name).inc()
                 log.warning("alert %s: run %s in %s", timer.name, snapshot.run_id, snapshot.state)
 
     def snapshot_of(run_id: str) -> RunSnapshot | None:
         raw_value = runs.get(run_id.encode())
         return None if raw_value is None else RunSnapshot.model_validate_json(raw_value)
 
+    def lag() -> dict[int, int]:
+        """Records behind per owned partition: the partition's end minus `next`, for the
+        partitions whose end aiokafka knows (once a fetch returned records of them)."""
+        behind: dict[int, int] = {}
+        for partition in owned():
+            if not positions.known(partition):
+                continue
+            try:
+                end = consumer().highwater(TP(topics.proposals, partition))
+            except Exception:  # no fetch yet
+                continue
+            if end is not None and end >= 0:
+                behind[partition] = max(0, end - positions.next[partition])
+        return behind
+
+    state_counts = StateCounts()
+    metrics = faust_metrics(config.machines, state_counts, lambda: owned(), lag)
+    metrics.restoring.set_function(lambda: 1.0 if app.in_recovery else 0.0)
+    runs.on_restored = metrics.restored.inc
+
     @app.agent(proposals, name="decide")
     async def decide_proposals(stream: Any) -> None:
         async for event in stream.events():
             message = event.message
+            seen: dict[str, RunSnapshot | None] = {}
+
+            def looked_up(run_id: str, seen: dict[str, RunSnapshot | None] = seen) -> Any:
+                """The run as the engine saw it (kept: the metrics' previous state)."""
+                if run_id not in seen:
+                    seen[run_id] = snapshot_of(run_id)
+                return seen[run_id]
+
             action = verdict(message)
             if action is Verdict.SKIP:
                 stats.skipped += 1
@@ -258,6 +295,7 @@ def build_app(config: WorkerConfig, partitions: int, http_port: int) -> faust.Ap
                 if unreadable is not None:
                     outcome = DeadLetterReason(unreadable.reason)
                 else:
+                    began = time.perf_counter()
                     outcome = decide_record(
                         message.key,
                         message.value,
@@ -265,10 +303,11 @@ def build_app(config: WorkerConfig, partitions: int, http_port: int) -> faust.Ap
                         at_ms,
                         keyring=config.keyring,
                         machines=config.machines,
-                        lookup=snapshot_of,
+                        lookup=looked_up,
                         max_bytes=config.max_proposal_bytes,
                         max_state_bytes=config.max_state_bytes,
                     )
+                    metrics.decision.observe(time.perf_counter() - began)
             except Exception as exc:  # a bug must not stall the partition
                 log.exception("deciding %s@%s failed", message.partition, message.offset)
                 outcome = DeadLetterReason(f"internal error while deciding: {exc!r}")
@@ -287,6 +326,13 @@ def build_app(config: WorkerConfig, partitions: int, http_port: int) -> faust.Ap
             # `runs[key] = ...` sends the changelog record whenever its buffer drains,
             # possibly after the offset is committed; a crash there lost the record, and
             # recovery replayed older ones over the newer store.
+            run_id = (
+                outcome.snapshot.run_id
+                if isinstance(outcome, Commit)
+                else getattr(outcome, "run_id", None)
+            )
+            previous = looked_up(run_id) if run_id else None
+            sending = time.perf_counter()
             snapshot: OutputRecord | None = None
             for record in records:
                 headers = None
@@ -304,12 +350,17 @@ def build_app(config: WorkerConfig, partitions: int, http_port: int) -> faust.Ap
                 runs.data[snapshot.key] = snapshot.value
                 if isinstance(outcome, Commit):
                     due_index.note(partition, outcome.snapshot)
+                    state_counts.note(partition, previous, outcome.snapshot)
                 stats.transitions += 1
             elif isinstance(outcome, DeadLetterReason):
                 stats.dead_letters += 1
             else:
                 stats.rejections += 1
             stats.proposals += 1
+            # Counted once acknowledged (this runtime's commit), one proposal at a time.
+            observed = MetricsBatch()
+            observed.stage(previous, outcome)
+            metrics.committed(observed, time.perf_counter() - sending, 1)
 
     def owned() -> list[int]:
         return sorted(
@@ -328,6 +379,12 @@ def build_app(config: WorkerConfig, partitions: int, http_port: int) -> faust.Ap
                     "stats": asdict(stats),
                 }
             )
+
+    @app.page("/metrics")
+    class Metrics(View):
+        async def get(self, request: Request) -> Response:
+            # aiohttp takes a charset only as a header, not in content_type
+            return self.bytes(metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     @app.page("/runs/{run_id}")
     class Run(View):

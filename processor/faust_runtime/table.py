@@ -9,7 +9,7 @@ were refused or dead-lettered against the snapshot it left, so deciding them aga
 the same outcome, byte for byte.
 """
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import faust
@@ -40,6 +40,7 @@ class RunsTable(faust.Table):  # type: ignore[type-arg]
         super().__init__(*args, **kwargs)
         self.latest_commit: dict[int, int] = {}
         self.recoveries = 0  # recoveries completed: the timers' index is rebuilt after each
+        self.on_restored: Callable[[int], None] | None = None  # changelog records applied
 
     async def on_recovery_completed(self, active_tps: set[TP], standby_tps: set[TP]) -> None:
         await super().on_recovery_completed(active_tps, standby_tps)
@@ -78,3 +79,5 @@ class RunsTable(faust.Table):  # type: ignore[type-arg]
             if offset is not None:
                 self.note_commit(event.message.partition, offset)
         super().apply_changelog_batch(events)
+        if self.on_restored is not None:
+            self.on_restored(len(events))

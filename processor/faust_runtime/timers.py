@@ -20,6 +20,7 @@ id and expected revision are the same); a repeated alert is a second alert recor
 
 import heapq
 import json
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -81,17 +82,23 @@ class DueIndex:
         else:
             self._partitions.pop(partition, None)
 
-    def rebuild(self, partition: int, items: Iterable[tuple[bytes, bytes]]) -> int:
-        """Index a partition from all of its table entries; returns the runs indexed."""
+    def rebuild(
+        self, partition: int, items: Iterable[tuple[bytes, bytes]]
+    ) -> Counter[tuple[str, str]]:
+        """Index a partition from all of its table entries; returns its runs per (machine,
+        state), read in the same scan (for the metrics)."""
         marks: dict[str, Fired] = {}
         timers: dict[str, list[tuple[int, int, str]]] = {}
+        states: Counter[tuple[str, str]] = Counter()
         for key, value in items:
             if key.startswith(FIRED_CHANGELOG_PREFIX):
                 marks[key[len(FIRED_CHANGELOG_PREFIX) :].decode()] = Fired.decode(value)
             elif key.startswith(_LOCAL) or value is None:
                 continue
             else:
-                armed = json.loads(value).get("timers") or []
+                data = json.loads(value)
+                states[(str(data.get("machine")), str(data.get("state")))] += 1
+                armed = data.get("timers") or []
                 if armed:
                     timers[key.decode()] = [
                         (int(t["due_at_ms"]), int(t["revision"]), str(t["name"])) for t in armed
@@ -100,7 +107,7 @@ class DueIndex:
         for run_id, run_timers in timers.items():
             fired = marks.get(run_id, NOT_FIRED)
             index.put(run_id, (due for due, rev, name in run_timers if not fired.covers(rev, name)))
-        return len(index.dues)
+        return states
 
     def note(self, partition: int, snapshot: RunSnapshot) -> None:
         """A run's new snapshot (a commit): its timers replace the run's old ones."""
