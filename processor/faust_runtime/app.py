@@ -19,6 +19,8 @@ Deadlines and alerts fire through the native worker's punctuator (`timers`), at 
 once: each is marked fired in the table and its changelog once its record is delivered.
 """
 
+import asyncio
+import json
 import logging
 import time
 from dataclasses import asdict, dataclass, field
@@ -32,6 +34,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from processor.config import WorkerConfig
 from processor.engine import Commit
+from processor.faust_runtime.history import run_history
 from processor.faust_runtime.kafka import faust_kafka_settings
 from processor.faust_runtime.observe import StateCounts, faust_metrics
 from processor.faust_runtime.positions import Positions, Verdict
@@ -41,6 +44,7 @@ from processor.faust_runtime.transport import Consumer, Transport, Unreadable
 from processor.outputs import OutputRecord, Source, dead_letter_record, outcome_records
 from processor.partitioning import partition_for
 from processor.pipeline import DeadLetterReason, Outcome, decide_record
+from processor.readback import read_partition
 from processor.runtime.metrics import MetricsBatch
 from processor.runtime.punctuator import Punctuator, timer_key
 from schemas.messages import RunSnapshot
@@ -406,9 +410,33 @@ def build_app(config: WorkerConfig, partitions: int, http_port: int) -> faust.Ap
     @app.page("/runs/{run_id}/history")
     class History(View):
         async def get(self, request: Request, run_id: str) -> Response:
+            partition = partition_for(run_id, partitions)
+            if partition not in owned():
+                return self.json(
+                    {
+                        "error": f"run '{run_id}' lives in partition {partition}",
+                        "partition": partition,
+                    },
+                    status=421,
+                )
+            snapshot = snapshot_of(run_id)
+            if snapshot is None:
+                return self.json({"error": f"no run '{run_id}'"}, status=404)
+            # No history store: the run's partition of the transitions topic, read on
+            # each request (in a thread, so the agent goes on).
+            loop = asyncio.get_running_loop()
+            records = await loop.run_in_executor(
+                None, read_partition, config.kafka, topics.transitions, partition, 0, 60.0
+            )
+            key = run_id.encode()
             return self.json(
-                {"error": "the faust runtime keeps no history; use `runstate get --at` or tail"},
-                status=501,
+                [
+                    json.loads(t.model_dump_json())
+                    for t in run_history(
+                        (r.value for r in records if r.key == key and r.value is not None),
+                        snapshot.revision,
+                    )
+                ]
             )
 
     return app

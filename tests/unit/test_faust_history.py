@@ -1,0 +1,19 @@
+"""The Faust runtime's history: a run's transitions read back from its topic partition."""
+
+from processor.faust_runtime.history import run_history
+from tests.unit.driver import Driver
+
+
+def test_each_revision_once_oldest_first_up_to_the_tables_snapshot() -> None:
+    run = Driver()
+    run.create("task_lifecycle")
+    run.commit("start")
+    run.commit("transient_error")
+    t0, t1, t2 = (t.model_dump_json().encode() for t in run.history)
+    # a repeat after a crash (the same record again), in offset order
+    values = [t0, t1, t1, t2]
+    assert [t.revision for t in run_history(values, 2)] == [0, 1, 2]
+    assert run_history(values, 2) == run.history
+    # delivered, but the table's snapshot is not there yet: left out
+    assert [t.revision for t in run_history(values, 1)] == [0, 1]
+    assert run_history([], 0) == []
