@@ -41,12 +41,12 @@ from processor.faust_runtime.positions import Positions, Verdict
 from processor.faust_runtime.table import NEXT_OFFSET_KEY, SOURCE_OFFSET_HEADER, RunsTable
 from processor.faust_runtime.timers import DueIndex, TableTimers
 from processor.faust_runtime.transport import Consumer, Transport, Unreadable
+from processor.metrics import MetricsBatch
 from processor.outputs import OutputRecord, Source, dead_letter_record, outcome_records
 from processor.partitioning import partition_for
 from processor.pipeline import DeadLetterReason, Outcome, decide_record
+from processor.punctuator import Punctuator, timer_key
 from processor.readback import read_partition
-from processor.runtime.metrics import MetricsBatch
-from processor.runtime.punctuator import Punctuator, timer_key
 from schemas.messages import RunSnapshot
 
 log = logging.getLogger("runstate.faust")

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from processor.engine import Machine
-from processor.runtime.metrics import WorkerMetrics
+from processor.metrics import WorkerMetrics
 from schemas.messages import RunSnapshot
 
 

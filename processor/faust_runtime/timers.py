@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from processor.runtime.store import FIRED_CHANGELOG_PREFIX, NOT_FIRED, Fired
+from processor.punctuator import FIRED_CHANGELOG_PREFIX, NOT_FIRED, Fired
 from schemas.messages import RunSnapshot
 
 _LOCAL = b"\x00"  # keys that are not a snapshot start with NUL

@@ -19,9 +19,9 @@ import time
 from confluent_kafka import TopicPartition
 
 from processor.logs import OUTCOMES_LOG, log_outcomes
+from processor.metrics import MetricsBatch, WorkerMetrics
 from processor.outputs import OutputRecord
 from processor.pipeline import Outcome
-from processor.runtime.metrics import MetricsBatch, WorkerMetrics
 from processor.runtime.poison import Range
 from processor.runtime.producer import TransactionalProducer
 from processor.runtime.store import PartitionTransaction

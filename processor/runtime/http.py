@@ -4,7 +4,7 @@ GET /health                  worker id, owned (restored) partitions, counters
 GET /livez                   200 while the worker's loop turns, else 503 (restart it)
 GET /readyz                  200 when in the group with every assigned partition restored
                              and its clients healthy, else 503 with what it waits for
-GET /metrics                 Prometheus metrics (processor/runtime/metrics.py)
+GET /metrics                 Prometheus metrics (processor/metrics.py)
 GET /runs?state=S[&machine=M][&limit=N][&after=CURSOR]
                              runs in a state across the cluster, longest there first
                              (local=1: this worker's partitions only)

@@ -29,6 +29,7 @@ from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch
 
 from processor.engine import Commit
 from processor.outputs import TimerMarks, Where, parse_index
+from processor.punctuator import FIRED_CHANGELOG_PREFIX, NOT_FIRED, Fired
 from schemas.messages import Rejection, RunSnapshot, Transition
 
 _SNAPSHOT = b"s/"
@@ -54,9 +55,6 @@ _CACHE_SIZE = 2_000
 # small they were evicted and re-read on every lookup.
 _BLOCK_CACHE = Cache(32 << 20)
 _WRITE_BUFFER_BYTES = 8 << 20
-
-#: Changelog keys of fired marks: this prefix + run id (run ids never start with NUL).
-FIRED_CHANGELOG_PREFIX = b"\x00fired\x00"
 
 
 _NO_DUES = b"[]"
@@ -85,32 +83,6 @@ def _revision_of(value: bytes, header: bytes | None = None) -> int:
     """A transition record's revision: from its header, or from the record itself."""
     revision = json.loads(value)["revision"] if header is None else header
     return int(revision)
-
-
-@dataclass(frozen=True)
-class Fired:
-    """Timers already fired for a run at `revision` (older revisions' marks are moot)."""
-
-    revision: int
-    names: frozenset[str]
-
-    def covers(self, revision: int, name: str) -> bool:
-        return self.revision == revision and name in self.names
-
-    def with_name(self, revision: int, name: str) -> "Fired":
-        names = self.names if self.revision == revision else frozenset()
-        return Fired(revision, names | {name})
-
-    def encode(self) -> bytes:
-        return json.dumps({"revision": self.revision, "names": sorted(self.names)}).encode()
-
-    @classmethod
-    def decode(cls, raw: bytes) -> "Fired":
-        data = json.loads(raw)
-        return cls(int(data["revision"]), frozenset(data["names"]))
-
-
-NOT_FIRED = Fired(-1, frozenset())
 
 
 def _run_key(run_id: str) -> bytes:

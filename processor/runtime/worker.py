@@ -6,7 +6,7 @@ The loop and the rebalance wiring; each job is a part of its own:
 - `TransactionalProducer` (producer.py): begin, produce, send offsets, commit, abort,
   with librdkafka's known hangs bounded;
 - `StoreRegistry` / `PartitionStore` (stores.py, store.py): the owned partitions' state;
-- `Punctuator` (punctuator.py): due deadlines and alerts as records;
+- `Punctuator` (processor/punctuator.py, shared with the Faust runtime): due timers as records;
 - `Quarantine` (poison.py): records whose outcome the broker keeps refusing;
 - `decide_record` (pipeline.py): the decision, pure.
 About every 100 ms (or N records) the open checkpoint commits; on any failure it is
@@ -35,6 +35,7 @@ from processor.config import WorkerConfig
 from processor.engine import Commit
 from processor.errors import ClientBroken, WorkerError
 from processor.intake import Headers
+from processor.metrics import WorkerMetrics
 from processor.outputs import (
     DEFAULT_MESSAGE_MAX_BYTES,
     RECORD_OVERHEAD,
@@ -45,15 +46,14 @@ from processor.outputs import (
     outcome_records,
 )
 from processor.pipeline import DeadLetterReason, Outcome, decide_record
+from processor.punctuator import FIRED_CHANGELOG_PREFIX, Punctuator, timer_key
 from processor.runtime import cluster
 from processor.runtime.checkpoint import Checkpoint
-from processor.runtime.metrics import WorkerMetrics
 from processor.runtime.poison import Quarantine, is_record_error
 from processor.runtime.producer import TransactionalProducer
-from processor.runtime.punctuator import Punctuator, timer_key
 from processor.runtime.restore import RestoreJob
 from processor.runtime.statedir import StateDir, StateDirBusy
-from processor.runtime.store import FIRED_CHANGELOG_PREFIX, InState, PartitionStore
+from processor.runtime.store import InState, PartitionStore
 from processor.runtime.stores import StoreRegistry
 from processor.topics import describe_topics, max_message_bytes, plan_topics
 from schemas.identifiers import MAX_RUN_ID_BYTES

@@ -24,9 +24,9 @@ from processor.engine import Commit
 from processor.machines import builtin_machines
 from processor.partitioning import partition_for
 from processor.pipeline import DeadLetterReason
+from processor.punctuator import FIRED_CHANGELOG_PREFIX
 from processor.readback import read_topics
 from processor.replay import apply_transitions
-from processor.runtime.store import FIRED_CHANGELOG_PREFIX
 from schemas.messages import DeadLetter, Rejection, RunSnapshot, Transition
 from tests.integration.harness import Env, WorkerProcess, decided_records
 

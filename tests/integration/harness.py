@@ -19,9 +19,9 @@ from processor.intake import signed_headers
 from processor.keyring import Keyring, dump_keyring, generate_keyring
 from processor.machines import builtin_machines
 from processor.pipeline import Outcome, decide_record
+from processor.punctuator import FIRED_CHANGELOG_PREFIX
 from processor.readback import read_topics
 from processor.runtime.process import WorkerProcess as ProductWorkerProcess
-from processor.runtime.store import FIRED_CHANGELOG_PREFIX
 from processor.topics import TopicNames
 from schemas.messages import Proposal, Rejection, RunSnapshot, Transition
 

@@ -2,8 +2,7 @@
 (no broker, no Faust app)."""
 
 from processor.faust_runtime.timers import DueIndex, TableTimers, fired_key
-from processor.runtime.punctuator import Punctuator
-from processor.runtime.store import FIRED_CHANGELOG_PREFIX, Fired
+from processor.punctuator import FIRED_CHANGELOG_PREFIX, Fired, Punctuator
 from processor.topics import TopicNames
 from schemas.messages import RunSnapshot, Timer
 

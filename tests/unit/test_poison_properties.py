@@ -35,14 +35,8 @@ from processor.outputs import (
     outcome_records,
 )
 from processor.pipeline import DeadLetterReason, Outcome, decide_record
-from processor.runtime.store import (
-    FIRED_CHANGELOG_PREFIX,
-    NOT_FIRED,
-    Fired,
-    InState,
-    PartitionStore,
-    PartitionTransaction,
-)
+from processor.punctuator import FIRED_CHANGELOG_PREFIX, NOT_FIRED, Fired
+from processor.runtime.store import InState, PartitionStore, PartitionTransaction
 from processor.topics import TopicNames
 from schemas.audit import transition_hash
 from schemas.codes import RejectionCode

@@ -58,7 +58,7 @@ def test_different_batches_do_not_add_up() -> None:
 
 
 def test_deadline_proposal_ids_fit_and_stay_unique() -> None:
-    from processor.runtime.punctuator import timer_proposal_id
+    from processor.punctuator import timer_proposal_id
     from schemas.identifiers import is_proposal_id
     from schemas.messages import Timer
 

@@ -4,6 +4,7 @@ and the mark that it fired goes to the changelog in the same transaction, so no 
 fires it again. Driven by any runtime with "now" and a partition's store."""
 
 import hashlib
+import json
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -13,12 +14,40 @@ from processor.errors import WorkerError
 from processor.intake import signed_headers
 from processor.keyring import Keyring
 from processor.outputs import OutputRecord
-from processor.runtime.store import FIRED_CHANGELOG_PREFIX, Fired
 from processor.topics import TopicNames
 from schemas.identifiers import MAX_PROPOSAL_ID_BYTES
 from schemas.messages import Alert, Proposal, RunSnapshot, Timer
 
 log = logging.getLogger("runstate.worker")
+
+#: Changelog keys of fired marks: this prefix + run id (run ids never start with NUL).
+FIRED_CHANGELOG_PREFIX = b"\x00fired\x00"
+
+
+@dataclass(frozen=True)
+class Fired:
+    """Timers already fired for a run at `revision` (older revisions' marks are moot)."""
+
+    revision: int
+    names: frozenset[str]
+
+    def covers(self, revision: int, name: str) -> bool:
+        return self.revision == revision and name in self.names
+
+    def with_name(self, revision: int, name: str) -> "Fired":
+        names = self.names if self.revision == revision else frozenset()
+        return Fired(revision, names | {name})
+
+    def encode(self) -> bytes:
+        return json.dumps({"revision": self.revision, "names": sorted(self.names)}).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> "Fired":
+        data = json.loads(raw)
+        return cls(int(data["revision"]), frozenset(data["names"]))
+
+
+NOT_FIRED = Fired(-1, frozenset())
 
 
 class TimerState(Protocol):
