@@ -89,6 +89,24 @@ class Firing:
     timer: Timer
     records: list[OutputRecord]
 
+    @property
+    def is_deadline(self) -> bool:
+        return self.timer.kind == "deadline"
+
+    def log(self) -> None:
+        """The line a fired timer leaves: INFO for a deadline, WARNING for an alert."""
+        snapshot, timer = self.snapshot, self.timer
+        if self.is_deadline:
+            log.info(
+                "deadline %s of %s (revision %d) fired: proposing %s",
+                timer.name,
+                snapshot.run_id,
+                timer.revision,
+                timer.event,
+            )
+        else:
+            log.warning("alert %s: run %s in %s", timer.name, snapshot.run_id, snapshot.state)
+
 
 def timer_proposal_id(run_id: str, timer: Timer) -> str:
     """The id of a deadline's proposal. Deterministic: were it ever sent twice, the second

@@ -222,21 +222,13 @@ def build_app(config: WorkerConfig, partitions: int, http_port: int) -> faust.Ap
                     headers=cast(Any, record.headers),
                 )
                 await sent
-            snapshot, timer = firing.snapshot, firing.timer
-            state.persist(snapshot.run_id)
-            if timer.kind == "deadline":
+            state.persist(firing.snapshot.run_id)
+            firing.log()
+            if firing.is_deadline:
                 stats.deadlines_fired += 1
-                log.info(
-                    "deadline %s of %s (revision %d) fired: proposing %s",
-                    timer.name,
-                    snapshot.run_id,
-                    timer.revision,
-                    timer.event,
-                )
             else:
                 stats.alerts_raised += 1
-                metrics.alerts.labels(snapshot.machine, timer.name).inc()
-                log.warning("alert %s: run %s in %s", timer.name, snapshot.run_id, snapshot.state)
+                metrics.alerts.labels(firing.snapshot.machine, firing.timer.name).inc()
 
     def snapshot_of(run_id: str) -> RunSnapshot | None:
         raw_value = runs.get(run_id.encode())
@@ -390,38 +382,30 @@ def build_app(config: WorkerConfig, partitions: int, http_port: int) -> faust.Ap
             # aiohttp takes a charset only as a header, not in content_type
             return self.bytes(metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
+    def owned_snapshot(run_id: str, partition: int) -> RunSnapshot | tuple[int, dict[str, object]]:
+        """The run's snapshot here, or (status, body): 421 not owned here, 404 unknown."""
+        if partition not in owned():
+            error = f"run '{run_id}' lives in partition {partition}"
+            return 421, {"error": error, "partition": partition}
+        snapshot = snapshot_of(run_id)
+        return snapshot if snapshot is not None else (404, {"error": f"no run '{run_id}'"})
+
     @app.page("/runs/{run_id}")
     class Run(View):
         async def get(self, request: Request, run_id: str) -> Response:
             partition = partition_for(run_id, partitions)
-            if partition not in owned():
-                return self.json(
-                    {
-                        "error": f"run '{run_id}' lives in partition {partition}",
-                        "partition": partition,
-                    },
-                    status=421,
-                )
-            snapshot = snapshot_of(run_id)
-            if snapshot is None:
-                return self.json({"error": f"no run '{run_id}'"}, status=404)
+            snapshot = owned_snapshot(run_id, partition)
+            if not isinstance(snapshot, RunSnapshot):
+                return self.json(snapshot[1], status=snapshot[0])
             return self.json(snapshot.model_dump(mode="json"))
 
     @app.page("/runs/{run_id}/history")
     class History(View):
         async def get(self, request: Request, run_id: str) -> Response:
             partition = partition_for(run_id, partitions)
-            if partition not in owned():
-                return self.json(
-                    {
-                        "error": f"run '{run_id}' lives in partition {partition}",
-                        "partition": partition,
-                    },
-                    status=421,
-                )
-            snapshot = snapshot_of(run_id)
-            if snapshot is None:
-                return self.json({"error": f"no run '{run_id}'"}, status=404)
+            snapshot = owned_snapshot(run_id, partition)
+            if not isinstance(snapshot, RunSnapshot):
+                return self.json(snapshot[1], status=snapshot[0])
             # No history store: the run's partition of the transitions topic, read on
             # each request (in a thread, so the agent goes on).
             loop = asyncio.get_running_loop()

@@ -457,22 +457,12 @@ class Worker:
                 for record in firing.records:
                     checkpoint.produce(record, partition)
                 checkpoint.records += 1
-                snapshot, timer = firing.snapshot, firing.timer
-                if timer.kind == "deadline":
+                firing.log()
+                if firing.is_deadline:
                     self.stats.deadlines_fired += 1
-                    log.info(
-                        "deadline %s of %s (revision %d) fired: proposing %s",
-                        timer.name,
-                        snapshot.run_id,
-                        timer.revision,
-                        timer.event,
-                    )
                 else:
                     self.stats.alerts_raised += 1
-                    checkpoint.observed.stage_alert(snapshot.machine, timer.name)
-                    log.warning(
-                        "alert %s: run %s in %s", timer.name, snapshot.run_id, snapshot.state
-                    )
+                    checkpoint.observed.stage_alert(firing.snapshot.machine, firing.timer.name)
 
     # -- checkpoints -----------------------------------------------------------
     def _commit(self) -> None:
