@@ -46,27 +46,27 @@ def test_metrics_count_exactly_what_a_known_scenario_did(env: Env, runtime: str)
     records are acknowledged); for Faust, a worker with an empty state directory then
     counts the same runs per state from the restored table."""
     worker = WorkerProcess(env, env.tmp / "w1", runtime=runtime)
-    runtime, approver = env.client(), env.client("approver")
+    agent, approver = env.client(), env.client("approver")
     try:
         worker.wait_ready(partitions=3)
         for run_id in ("m1", "m2"):
             assert isinstance(
-                runtime.create_and_wait(run_id, M, max_retries=2, deadlines=SLOW), Transition
+                agent.create_and_wait(run_id, M, max_retries=2, deadlines=SLOW), Transition
             )
-            assert isinstance(runtime.propose_and_wait(run_id, "start"), Transition)
+            assert isinstance(agent.propose_and_wait(run_id, "start"), Transition)
         # m1: fails once, retries, then fails for good; a late start is refused
         for event in ("transient_error", "retry", "fatal_error"):
-            assert isinstance(runtime.propose_and_wait("m1", event), Transition)
-        refused = runtime.propose_and_wait("m1", "start")
+            assert isinstance(agent.propose_and_wait("m1", event), Transition)
+        refused = agent.propose_and_wait("m1", "start")
         assert isinstance(refused, Rejection) and refused.code.value == "terminal_state"
         # m2: waits for approval and gets it; a second approval is an invalid transition
-        assert isinstance(runtime.propose_and_wait("m2", "pause_for_approval"), Transition)
+        assert isinstance(agent.propose_and_wait("m2", "pause_for_approval"), Transition)
         assert isinstance(approver.propose_and_wait("m2", "approval_granted"), Transition)
         refused = approver.propose_and_wait("m2", "approval_granted")
         assert isinstance(refused, Rejection) and refused.code.value == "invalid_transition"
         # and one record that is not a proposal at all
-        runtime.send_raw(b"m3", b"not json")
-        runtime.flush()
+        agent.send_raw(b"m3", b"not json")
+        agent.flush()
         got: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
         for _ in range(50):  # the DLQ record's checkpoint may trail the last answer
             got = scrape(worker)
@@ -74,7 +74,7 @@ def test_metrics_count_exactly_what_a_known_scenario_did(env: Env, runtime: str)
                 break
             time.sleep(0.2)
     finally:
-        runtime.close()
+        agent.close()
         approver.close()
         assert worker.terminate() == 0, worker.log()
 
