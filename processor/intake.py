@@ -43,14 +43,20 @@ def signed_headers(value: bytes, key_id: str, secret: str) -> list[tuple[str, st
     return [(HEADER_KEY_ID, key_id.encode()), (HEADER_SIGNATURE, sign(value, secret).encode())]
 
 
-def _header(headers: Headers, name: str) -> str | None:
+def header_value(headers: Headers, name: str) -> bytes | str | None:
+    """The first value of header `name` (a record's headers as a list or a mapping)."""
     if headers is None:
         return None
     items = headers.items() if isinstance(headers, Mapping) else headers
     for key, raw in items:
         if key == name and raw is not None:
-            return raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+            return raw
     return None
+
+
+def _header(headers: Headers, name: str) -> str | None:
+    raw = header_value(headers, name)
+    return raw.decode(errors="replace") if isinstance(raw, bytes) else raw
 
 
 def authenticate(value: bytes, headers: Headers, keyring: Keyring) -> Principal | str:

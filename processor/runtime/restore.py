@@ -22,6 +22,7 @@ from confluent_kafka import (
 )
 
 from processor.config import KafkaSettings
+from processor.intake import header_value
 from processor.outputs import INDEX_HEADER, REVISION_HEADER
 from processor.readback import watermarks
 from processor.runtime.store import ChangelogRecord, PartitionStore, TransitionRecord
@@ -131,12 +132,8 @@ def restore_partitions(
 
 
 def _header(msg: Message, name: str) -> bytes | None:
-    headers = msg.headers()
-    items = headers.items() if isinstance(headers, dict) else (headers or [])
-    for key, value in items:
-        if key == name:
-            return value if isinstance(value, bytes) else None
-    return None
+    value = header_value(msg.headers(), name)
+    return value if isinstance(value, bytes) else None
 
 
 class RestoreJob:

@@ -106,7 +106,7 @@ class Worker:
         except StateDirBusy as exc:
             raise WorkerError(str(exc)) from exc
         self.worker_id = self.state_dir.worker_id(config.worker_id)
-        self.punctuator = Punctuator(config.topics, self._pick_timer_key(config))
+        self.punctuator = Punctuator(config.topics, timer_key(config.keyring, config.timer_key_id))
         self._last_punctuation = 0.0
         self.consumer: Consumer | None = None
         # Kept until the process ends, also when broken (see producer.py).
@@ -118,11 +118,6 @@ class Worker:
         self.last_turn = time.monotonic()  # when the loop last turned (liveness)
 
     # -- life cycle ------------------------------------------------------------
-    @staticmethod
-    def _pick_timer_key(config: WorkerConfig) -> tuple[str, str]:
-        """(key id, secret) that signs the proposals deadlines become: a runtime key."""
-        return timer_key(config.keyring, config.timer_key_id)
-
     def _check_topics(self) -> None:
         admin = AdminClient(self.config.kafka.client())
         try:
