@@ -1,11 +1,14 @@
-"""The partition stores a worker owns, and the one lock under which HTTP threads read
-them while the worker's loop adds, drops and writes them."""
+"""The partition stores a worker owns, the one lock under which HTTP threads read
+them while the worker's loop adds, drops and writes them, and the questions asked of
+all of them at once (runs per state, runs in a state)."""
 
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
-from processor.runtime.store import PartitionStore
+from processor.cluster import StateStats
+from processor.engine import Machine
+from processor.runtime.store import InState, PartitionStore
 
 
 class StoreRegistry:
@@ -48,6 +51,50 @@ class StoreRegistry:
 
     def close(self) -> None:
         self.drop(list(self._stores))
+
+    # -- over every owned store, under the lock --------------------------------------
+    def runs_by_state(self, machines: Mapping[str, Machine]) -> Iterator[tuple[str, str, int]]:
+        """(machine, state, runs) over the owned partitions; every state of every machine,
+        zeros included (the metrics' gauge)."""
+        with self.lock:
+            counts = [store.state_counts() for store in self._stores.values()]
+        for name, machine in sorted(machines.items()):
+            for state in machine.spec.states:
+                yield name, state, sum(c[(name, state)] for c in counts)
+
+    def runs_in_state(
+        self,
+        machines: Mapping[str, Machine],
+        machine: str | None,
+        state: str,
+        after: tuple[int, str] | None,
+        limit: int,
+    ) -> list[InState]:
+        """The committed runs in `state` (of `machine`, or of any machine), longest there
+        first, at most `limit` after the cursor `after`."""
+        names = [machine] if machine is not None else sorted(machines)
+        with self.lock:
+            found = [
+                r
+                for store in self._stores.values()
+                for name in names
+                for r in store.in_state(name, state, after, limit)
+            ]
+        return sorted(found, key=lambda r: (r.entered_ms, r.run_id))[:limit]
+
+    def local_stats(self, machines: Mapping[str, Machine]) -> list[StateStats]:
+        """(machine, state, runs, oldest entered_state_at_ms), every state of every machine."""
+        rows = []
+        with self.lock:
+            stores = list(self._stores.values())
+            for name, machine in sorted(machines.items()):
+                for state in machine.spec.states:
+                    runs = sum(store.state_counts()[(name, state)] for store in stores)
+                    oldest = [
+                        r.entered_ms for st in stores for r in st.in_state(name, state, None, 1)
+                    ]
+                    rows.append((name, state, runs, min(oldest) if oldest else None))
+        return rows
 
     def __len__(self) -> int:
         return len(self._stores)

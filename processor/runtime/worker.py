@@ -8,6 +8,8 @@ The loop and the rebalance wiring; each job is a part of its own:
 - `StoreRegistry` / `PartitionStore` (stores.py, store.py): the owned partitions' state;
 - `Punctuator` (processor/punctuator.py, shared with the Faust runtime): due timers as records;
 - `Quarantine` (poison.py): records whose outcome the broker keeps refusing;
+- `check_topics` (preflight.py): the topics fit the worker, and what records they take;
+- `WorkerQueries` (queries.py): what the HTTP API (processor/api.py) asks of it;
 - `decide_record` (pipeline.py): the decision, pure.
 About every 100 ms (or N records) the open checkpoint commits; on any failure it is
 aborted, and the consumer rewound to the committed offsets: nothing is half-applied.
@@ -17,7 +19,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,16 +31,14 @@ from confluent_kafka import (
     Message,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient
 
+from processor.cluster import client_id
 from processor.config import WorkerConfig
 from processor.engine import Commit
 from processor.errors import ClientBroken, WorkerError
 from processor.intake import Headers
 from processor.metrics import WorkerMetrics
 from processor.outputs import (
-    DEFAULT_MESSAGE_MAX_BYTES,
-    RECORD_OVERHEAD,
     UNLIMITED,
     RecordLimits,
     Source,
@@ -46,17 +46,15 @@ from processor.outputs import (
     outcome_records,
 )
 from processor.pipeline import DeadLetterReason, Outcome, decide_record
-from processor.punctuator import FIRED_CHANGELOG_PREFIX, Punctuator, timer_key
-from processor.runtime import cluster
+from processor.punctuator import Punctuator, timer_key
 from processor.runtime.checkpoint import Checkpoint
 from processor.runtime.poison import Quarantine, is_record_error
+from processor.runtime.preflight import check_topics
 from processor.runtime.producer import TransactionalProducer
 from processor.runtime.restore import RestoreJob
 from processor.runtime.statedir import StateDir, StateDirBusy
-from processor.runtime.store import InState, PartitionStore
+from processor.runtime.store import PartitionStore
 from processor.runtime.stores import StoreRegistry
-from processor.topics import describe_topics, max_message_bytes, plan_topics
-from schemas.identifiers import MAX_RUN_ID_BYTES
 from schemas.messages import Rejection, RunSnapshot
 
 log = logging.getLogger("runstate.worker")
@@ -90,7 +88,6 @@ class Worker:
         # The URL other workers reach this one's HTTP API at (set before start()): it
         # goes into the consumer's client.id, where cluster queries find it.
         self.advertised_url: str | None = None
-        self._admin: AdminClient | None = None
         self._stop = threading.Event()
         # Records whose outcome the broker keeps refusing (poison.py).
         self.quarantine = Quarantine()
@@ -98,7 +95,11 @@ class Worker:
         self.limits: RecordLimits = UNLIMITED
         self._lag: dict[int, int] = {}
         self._last_lag = 0.0
-        self.metrics = WorkerMetrics(config.machines, self._runs_by_state, lambda: dict(self._lag))
+        self.metrics = WorkerMetrics(
+            config.machines,
+            lambda: self.stores.runs_by_state(config.machines),
+            lambda: dict(self._lag),
+        )
         try:
             self.state_dir = StateDir(
                 config.state_dir, config.group_id, config.topics.proposals
@@ -118,58 +119,9 @@ class Worker:
         self.last_turn = time.monotonic()  # when the loop last turned (liveness)
 
     # -- life cycle ------------------------------------------------------------
-    def _check_topics(self) -> None:
-        admin = AdminClient(self.config.kafka.client())
-        try:
-            metadata = admin.list_topics(timeout=30)
-        except KafkaException as exc:
-            raise WorkerError(
-                f"cannot reach Kafka at {self.config.kafka.bootstrap_servers}: {exc}"
-            ) from exc
-        proposals = metadata.topics.get(self.topics.proposals)
-        if proposals is None or proposals.error is not None:
-            raise WorkerError(
-                f"topic {self.topics.proposals} does not exist; run `runstate topics create`"
-            )
-        self.partitions = len(proposals.partitions)
-        plans = plan_topics(self.topics, self.partitions, 1)
-        # Co-partitioning matters (outputs go to the proposal's partition number), and so
-        # do broker timestamps (the time of each decision); replication and retention
-        # are the operator's business, so not checked here.
-        drift = [
-            d
-            for d in describe_topics(admin, plans)
-            if d.setting in ("existence", "partitions", "cleanup.policy", "message.timestamp.type")
-        ]
-        if drift:
-            raise WorkerError(
-                "topics do not fit the worker: "
-                + "; ".join(str(d) for d in drift)
-                + ". Fix with `runstate topics create` (or recreate the topics)."
-            )
-        producer_max = int(
-            self.config.kafka.client_config.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES)
-        )
-        topics = self.topics
-        outputs = [topics.transitions, topics.rejections, topics.dlq, topics.changelog]
-        self.limits = RecordLimits.learn(
-            max_message_bytes(admin, [*outputs, topics.alerts, topics.proposals]), producer_max
-        )
-        # A commit writes a snapshot and a transition of up to max_state_bytes, keyed by
-        # the run id: the topics must take them, or the broker would refuse a commit.
-        needed = self.config.max_state_bytes + MAX_RUN_ID_BYTES + len(FIRED_CHANGELOG_PREFIX)
-        for topic in (topics.transitions, topics.changelog):
-            if self.limits.of(topic) < needed:
-                raise WorkerError(
-                    f"topic {topic} takes records of up to {self.limits.of(topic)} bytes "
-                    f"(max.message.bytes, and the producer's message.max.bytes, less "
-                    f"{RECORD_OVERHEAD} for framing), but a commit may write "
-                    f"{needed} (--max-state-bytes {self.config.max_state_bytes} plus the "
-                    f"key): raise max.message.bytes on {topic} or lower --max-state-bytes"
-                )
-
     def start(self) -> None:
-        self._check_topics()
+        topics = check_topics(self.config)
+        self.partitions, self.limits = topics.partitions, topics.limits
         settings = self.config.kafka
         self.producer = TransactionalProducer(
             settings,
@@ -190,9 +142,7 @@ class Worker:
                     ),
                     "enable.partition.eof": False,
                     **(
-                        {"client.id": cluster.client_id(self.advertised_url)}
-                        if self.advertised_url
-                        else {}
+                        {"client.id": client_id(self.advertised_url)} if self.advertised_url else {}
                     ),
                     **(
                         {"group.instance.id": f"{self.config.group_id}-{self.worker_id}"}
@@ -309,36 +259,6 @@ class Worker:
             if high >= 0 and start >= 0:
                 lag[tp.partition] = max(0, high - start)
         self._lag = lag
-
-    # -- cluster queries (HTTP threads) -------------------------------------------
-    def peers(self) -> list[cluster.Peer]:
-        """The group's workers and what they own, from the group's description."""
-        if self._admin is None:
-            self._admin = AdminClient(self.config.kafka.client())
-        return cluster.peers(self._admin, self.config.group_id, self.topics.proposals)
-
-    def owned(self) -> list[int]:
-        return self.stores.owned()
-
-    def runs_in_state(
-        self, machine: str | None, state: str, after: tuple[int, str] | None, limit: int
-    ) -> list[InState]:
-        with self.stores.lock:
-            stores = self.stores.all()
-            return cluster.runs_in_state(stores, self.config.machines, machine, state, after, limit)
-
-    def local_stats(self) -> list[tuple[str, str, int, int | None]]:
-        with self.stores.lock:
-            return cluster.local_stats(self.stores.all(), self.config.machines)
-
-    def _runs_by_state(self) -> Iterator[tuple[str, str, int]]:
-        """(machine, state, runs) over the owned partitions; every state of every machine,
-        zeros included."""
-        with self.stores.lock:
-            counts = [store.state_counts() for store in self.stores.all()]
-        for name, machine in sorted(self.config.machines.items()):
-            for state in machine.spec.states:
-                yield name, state, sum(c[(name, state)] for c in counts)
 
     def _close(self) -> None:
         self._cancel_restores()

@@ -202,7 +202,7 @@ def test_by_state_index_pages_longest_in_state_first(tmp_path: Path) -> None:
 
 
 def test_cluster_pages_merge_longest_first_with_a_cursor() -> None:
-    from processor.runtime.cluster import merge_runs, merge_stats, parse_cursor
+    from processor.cluster import merge_runs, merge_stats, parse_cursor
 
     def run(entered: int, run_id: str) -> dict[str, object]:
         return {"run_id": run_id, "entered_state_at_ms": entered}

@@ -2,9 +2,9 @@
 
 The run's machine is drawn as a state diagram (states in columns by their distance from
 the initial state), with the path the run took and the state it is in now; below it,
-the transition timeline (who proposed what, when, and the refusals), the step ledger
-and the deadlines. Pure: data in, HTML out; no script, no external assets (the page
-works where no CDN is reachable)."""
+the transition timeline (who proposed what, when, and the refusals, where the runtime
+keeps them: the Faust runtime does not), the step ledger and the deadlines. Pure: data
+in, HTML out; no script, no external assets (the page works where no CDN is reachable)."""
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -213,11 +213,12 @@ def page(
     machine: Machine | None,
     snapshot: RunSnapshot | None,
     history: Sequence[Transition],
-    refusals: Sequence[Rejection],
+    refusals: Sequence[Rejection] | None,
     now_ms: int,
     problem: str | None = None,
 ) -> str:
-    """The inspector page for `run_id` (a search box alone when it is empty)."""
+    """The inspector page for `run_id` (a search box alone when it is empty); `refusals`
+    None: this worker keeps none, and the page says so."""
     head = (
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
         f"<title>runstate: {escape(run_id) or 'inspector'}</title><style>{_STYLE}</style></head>"
@@ -231,6 +232,12 @@ def page(
         why = problem or f"No run '{run_id}'."
         return head + f'<p id="problem">{escape(why)}</p></body></html>'
     in_state = _duration(now_ms - snapshot.entered_state_at_ms)
+    counted = (
+        f"{len(refusals)} refusals"
+        if refusals is not None
+        else '<span id="no-refusals">refusals not shown: this worker keeps none (they are '
+        "on the rejections topic)</span>"
+    )
     summary = (
         f"<h1>{escape(run_id)}</h1><p>machine <b>{escape(machine.name)}</b>, now "
         f'<b id="current-state">{escape(snapshot.state)}</b> for {in_state}, revision '
@@ -243,9 +250,8 @@ def page(
         + summary
         + "<h2>Machine</h2>"
         + diagram(machine, history, snapshot.state)
-        + f"<h2>Timeline</h2><p class=muted>{len(history)} transitions, {len(refusals)} "
-        "refusals</p>"
-        + _timeline(history, refusals)
+        + f"<h2>Timeline</h2><p class=muted>{len(history)} transitions, {counted}</p>"
+        + _timeline(history, refusals or ())
         + "<h2>Step ledger</h2>"
         + _steps(snapshot)
         + "<h2>Deadlines</h2>"

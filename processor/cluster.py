@@ -1,25 +1,44 @@
-"""Queries any worker answers for the whole cluster: it answers for the partitions it
-owns and asks the other members of its consumer group for theirs. Members are found by
-describing the group; each advertises its HTTP URL in its Kafka client.id (as Kafka
-Streams advertises `application.server`), so no registry of its own is needed."""
+"""Queries any worker answers for the whole cluster, whichever its runtime: it answers
+for the partitions it owns and asks the other members of its consumer group for theirs.
+Members are found by describing the group; each advertises its HTTP URL in its Kafka
+client.id (as Kafka Streams advertises `application.server`; the Faust runtime through
+its `broker_client_id`), so no registry of its own is needed."""
 
 import json
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka.admin import AdminClient
-
-from processor.engine import Machine
-from processor.runtime.store import InState, PartitionStore
 
 _CLIENT_ID = "runstate-worker@"
 
 
 def client_id(url: str) -> str:
     return _CLIENT_ID + url
+
+
+class RunInState(Protocol):
+    """A run found in a state (a row of GET /runs?state=), as either runtime's index
+    gives it: the native store's `InState`, the Faust runtime's `Entered`."""
+
+    @property
+    def entered_ms(self) -> int: ...
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def machine(self) -> str: ...
+
+    @property
+    def state(self) -> str: ...
+
+
+#: (machine, state, runs, oldest entered_state_at_ms): a row of GET /stats?local=1.
+StateStats = tuple[str, str, int, int | None]
 
 
 @dataclass(frozen=True)
@@ -87,34 +106,3 @@ def merge_stats(pages: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any]]:
             ):
                 into["oldest_entered_ms"] = oldest
     return [merged[key] for key in sorted(merged)]
-
-
-def runs_in_state(
-    stores: Sequence[PartitionStore],
-    machines: Mapping[str, Machine],
-    machine: str | None,
-    state: str,
-    after: tuple[int, str] | None,
-    limit: int,
-) -> list[InState]:
-    """The stores' committed runs in `state` (of `machine`, or of any machine),
-    longest there first, at most `limit` after the cursor `after`."""
-    names = [machine] if machine is not None else sorted(machines)
-    found = [
-        r for store in stores for name in names for r in store.in_state(name, state, after, limit)
-    ]
-    return sorted(found, key=lambda r: (r.entered_ms, r.run_id))[:limit]
-
-
-def local_stats(
-    stores: Sequence[PartitionStore], machines: Mapping[str, Machine]
-) -> list[tuple[str, str, int, int | None]]:
-    """(machine, state, runs, oldest entered_state_at_ms) over the stores, every state of
-    every machine."""
-    rows = []
-    for name, machine in sorted(machines.items()):
-        for state in machine.spec.states:
-            runs = sum(store.state_counts()[(name, state)] for store in stores)
-            oldest = [r.entered_ms for st in stores for r in st.in_state(name, state, None, 1)]
-            rows.append((name, state, runs, min(oldest) if oldest else None))
-    return rows

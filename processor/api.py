@@ -1,0 +1,269 @@
+"""A worker's HTTP API, whichever its runtime: routing, status codes, JSON shapes and
+error messages live here, once. A runtime implements `Node` (what it knows) and its
+server hands each GET's path and query string to `answer`, which may block (peers are
+asked over HTTP, a Faust worker reads a topic for a history): run it in a thread.
+
+GET /health                  the runtime's identity, owned partitions, counters
+GET /livez                   200 while the worker's loop turns, else 503 (restart it)
+GET /readyz                  200 when the worker is in its group with every assigned
+                             partition's state ready to serve, else 503 with what it
+                             waits for (each runtime says what that means: `Node.waiting`)
+GET /metrics                 Prometheus metrics (processor/metrics.py)
+GET /runs?state=S[&machine=M][&limit=N][&after=CURSOR]
+                             runs in a state across the cluster, longest there first
+                             (local=1: this worker's partitions only)
+GET /stats                   runs per machine and state across the cluster, and the
+                             oldest entry in each (local=1: this worker's only)
+GET /inspect?run=<run_id>    the run inspector page (HTML); redirects to the owner
+GET /runs/<run_id>           the run's committed snapshot (404 unknown, 421 not owned here)
+GET /runs/<run_id>/history   the run's transitions, oldest first
+Only committed state is served: what the runtime made durable, never staged changes.
+"""
+
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+from urllib.parse import parse_qs, quote, unquote
+
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from processor import cluster, inspector
+from processor.engine import Machine
+from processor.partitioning import partition_for
+from schemas.messages import Rejection, RunSnapshot, Transition
+
+log = logging.getLogger("runstate.http")
+#: /livez fails when the worker's loop has not turned for this long, /readyz sooner.
+LIVE_WITHIN_S = 60.0
+READY_WITHIN_S = 15.0
+JSON = "application/json"
+HTML = "text/html; charset=utf-8"
+ENDPOINTS = (
+    "no such endpoint; try /health, /livez, /readyz, /metrics, /stats, "
+    "/runs?state=..., /runs/<run_id>[/history]"
+)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the server sends back: status, Content-Type, body and any other headers."""
+
+    status: int
+    content_type: str
+    body: bytes
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What a worker that owns a run's partition knows of it, as committed."""
+
+    snapshot: RunSnapshot | None
+    history: Sequence[Transition] = ()
+    #: The run's refused proposals; None when the runtime keeps none (Faust).
+    refusals: Sequence[Rejection] | None = ()
+
+
+class Node(Protocol):
+    """What the API asks of a runtime. Called from server threads: each runtime reads its
+    state the way that is safe for it (the native one under its stores' lock, the Faust
+    one on its event loop)."""
+
+    @property
+    def machines(self) -> Mapping[str, Machine]: ...
+
+    @property
+    def partition_count(self) -> int:
+        """The proposals topic's partitions (0 until the worker has looked)."""
+
+    @property
+    def advertised_url(self) -> str | None:
+        """The URL other workers reach this one at (it is in the group's description)."""
+
+    def owned(self) -> list[int]:
+        """The partitions whose state this worker holds and serves now."""
+
+    def run(self, run_id: str, partition: int, *, history: bool) -> RunRecord | None:
+        """The run in `partition` (None when this worker does not own it); its history
+        and refusals only when `history` (they cost more)."""
+
+    def runs_in_state(
+        self, machine: str | None, state: str, after: tuple[int, str] | None, limit: int
+    ) -> Sequence[cluster.RunInState]:
+        """The owned runs in `state`, longest there first, at most `limit` after `after`."""
+
+    def local_stats(self) -> list[cluster.StateStats]:
+        """Runs per machine and state over the owned partitions, every state included."""
+
+    def peers(self) -> list[cluster.Peer]:
+        """The group's members that advertise a URL, and what each owns."""
+
+    def health(self) -> dict[str, Any]:
+        """GET /health's body: who this is, what it owns, its counters."""
+
+    def loop_idle_seconds(self) -> float:
+        """How long since the worker's loop last turned."""
+
+    def waiting(self) -> list[str]:
+        """What keeps the worker from being ready, in words (empty: ready), its loop aside."""
+
+    def metrics(self) -> bytes:
+        """The Prometheus exposition."""
+
+
+def answer(node: Node, path: str, query: str) -> Answer:
+    """The answer to GET `path`?`query` (both as sent: percent-encoded)."""
+    parts = [unquote(p) for p in path.strip("/").split("/")]
+    params = {k: v[-1] for k, v in parse_qs(query).items()}
+    if parts == ["runs"]:
+        return _runs_in_state(node, params)
+    if parts == ["stats"]:
+        return _stats(node, params)
+    if parts == ["inspect"] or parts == [""]:
+        return _inspect(node, params.get("run", "").strip())
+    if parts == ["health"]:
+        return _json(200, node.health())
+    if parts == ["livez"]:
+        return _livez(node)
+    if parts == ["readyz"]:
+        return _readyz(node)
+    if parts == ["metrics"]:
+        return Answer(200, CONTENT_TYPE_LATEST, node.metrics())
+    if len(parts) == 2 and parts[0] == "runs":
+        return _run(node, parts[1], history=False)
+    if len(parts) == 3 and parts[0] == "runs" and parts[2] == "history":
+        return _run(node, parts[1], history=True)
+    return _json(404, {"error": ENDPOINTS})
+
+
+def _json(status: int, body: Any) -> Answer:
+    return Answer(status, JSON, json.dumps(body).encode())
+
+
+def _html(status: int, text: str) -> Answer:
+    return Answer(status, HTML, text.encode())
+
+
+def _partition(node: Node, run_id: str) -> int:
+    count = node.partition_count
+    return partition_for(run_id, count) if count else 0
+
+
+def _livez(node: Node) -> Answer:
+    """Alive: the worker's loop turned lately (a restart is the cure otherwise)."""
+    idle = node.loop_idle_seconds()
+    alive = idle < LIVE_WITHIN_S
+    return _json(200 if alive else 503, {"alive": alive, "loop_idle_seconds": round(idle, 1)})
+
+
+def _readyz(node: Node) -> Answer:
+    """Ready: what the runtime waits for, and a loop that turns."""
+    waiting = node.waiting()
+    idle = node.loop_idle_seconds()
+    if idle >= READY_WITHIN_S:
+        waiting.append(f"its loop has not turned for {idle:.0f} s")
+    body = {"ready": not waiting, "partitions": node.owned(), "waiting": waiting}
+    return _json(200 if not waiting else 503, body)
+
+
+def _cluster(
+    node: Node, path: str, params: dict[str, str], local: Any
+) -> tuple[list[Any], list[int]]:
+    """This worker's answer and every other worker's; with the partitions whose owners
+    did not answer."""
+    pages, covered = [local], set(node.owned())
+    url = node.advertised_url
+    for peer in node.peers():
+        if peer.url == url:
+            continue
+        try:
+            answered = cluster.ask(peer.url, path, params)
+        except (OSError, ValueError) as exc:
+            log.warning("%s did not answer %s: %s", peer.url, path, exc)
+            continue
+        pages.append(answered["items"])
+        covered |= set(answered["partitions"])
+    missing = sorted(set(range(node.partition_count)) - covered)
+    return pages, missing
+
+
+def _runs_in_state(node: Node, params: dict[str, str]) -> Answer:
+    state = params.get("state")
+    try:
+        if not state:
+            raise ValueError("give a state: /runs?state=paused[&machine=...]")
+        limit = int(params.get("limit", "100"))
+        if not 1 <= limit <= 1000:
+            raise ValueError("limit must be 1 to 1000")
+        after = cluster.parse_cursor(params.get("after"))
+    except ValueError as exc:
+        return _json(400, {"error": str(exc)})
+    now_ms = int(time.time() * 1000)
+    local = [
+        {
+            "run_id": r.run_id,
+            "machine": r.machine,
+            "state": r.state,
+            "entered_state_at_ms": r.entered_ms,
+            "time_in_state_ms": max(0, now_ms - r.entered_ms),
+        }
+        for r in node.runs_in_state(params.get("machine"), state, after, limit)
+    ]
+    if params.get("local") == "1":
+        return _json(200, {"items": local, "partitions": node.owned()})
+    pages, missing = _cluster(node, "/runs", params, local)
+    runs, cursor = cluster.merge_runs(pages, limit)
+    return _json(200, {"runs": runs, "next": cursor, "missing_partitions": missing})
+
+
+def _stats(node: Node, params: dict[str, str]) -> Answer:
+    local = [
+        {"machine": m, "state": s, "runs": n, "oldest_entered_ms": oldest}
+        for m, s, n, oldest in node.local_stats()
+    ]
+    if params.get("local") == "1":
+        return _json(200, {"items": local, "partitions": node.owned()})
+    pages, missing = _cluster(node, "/stats", params, local)
+    return _json(200, {"states": cluster.merge_stats(pages), "missing_partitions": missing})
+
+
+def _inspect(node: Node, run_id: str) -> Answer:
+    now_ms = int(time.time() * 1000)
+    if not run_id:
+        return _html(200, inspector.page("", None, None, [], [], now_ms))
+    partition = _partition(node, run_id)
+    record = node.run(run_id, partition, history=True)
+    if record is None:
+        owner = next((p.url for p in node.peers() if partition in p.partitions), None)
+        if owner is not None and owner != node.advertised_url:
+            location = f"{owner}/inspect?run={quote(run_id, safe='')}"
+            return Answer(307, "text/plain", b"", {"Location": location})
+        problem = f"Run '{run_id}' lives in partition {partition}, whose owner is not known now."
+        return _html(503, inspector.page(run_id, None, None, [], [], now_ms, problem))
+    snapshot = record.snapshot
+    machine = node.machines.get(snapshot.machine) if snapshot is not None else None
+    status = 200 if snapshot is not None else 404
+    page = inspector.page(run_id, machine, snapshot, record.history, record.refusals, now_ms)
+    return _html(status, page)
+
+
+def _run(node: Node, run_id: str, history: bool) -> Answer:
+    partition = _partition(node, run_id)
+    record = node.run(run_id, partition, history=history)
+    if record is None:
+        return _json(
+            421,
+            {
+                "error": f"run '{run_id}' lives in partition {partition}, which this "
+                "worker does not own; ask the worker that does",
+                "partition": partition,
+            },
+        )
+    if record.snapshot is None:
+        return _json(404, {"error": f"no run '{run_id}'", "partition": partition})
+    if history:
+        return _json(200, [json.loads(t.model_dump_json()) for t in record.history])
+    return Answer(200, JSON, record.snapshot.model_dump_json().encode())

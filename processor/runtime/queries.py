@@ -1,0 +1,89 @@
+"""What the HTTP API (processor/api.py) asks a native worker: its `Node`. Called from
+the server's threads while the worker's loop runs: stores are read under the registry's
+lock, and only what a checkpoint committed is ever seen."""
+
+import time
+from collections.abc import Mapping
+from dataclasses import asdict
+from typing import Any
+
+from confluent_kafka.admin import AdminClient
+
+from processor import cluster
+from processor.api import RunRecord
+from processor.engine import Machine
+from processor.runtime.store import InState
+from processor.runtime.worker import Worker
+
+
+class WorkerQueries:
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self._admin: AdminClient | None = None  # made at the first cluster query
+
+    @property
+    def machines(self) -> Mapping[str, Machine]:
+        return self.worker.config.machines
+
+    @property
+    def partition_count(self) -> int:
+        return self.worker.partitions
+
+    @property
+    def advertised_url(self) -> str | None:
+        return self.worker.advertised_url
+
+    def owned(self) -> list[int]:
+        return self.worker.stores.owned()
+
+    def run(self, run_id: str, partition: int, *, history: bool) -> RunRecord | None:
+        with self.worker.stores.reading(partition) as store:
+            if store is None:
+                return None
+            snapshot = store.committed_snapshot(run_id)
+            if snapshot is None or not history:
+                return RunRecord(snapshot)
+            return RunRecord(snapshot, store.history(run_id), store.refusals(run_id))
+
+    def runs_in_state(
+        self, machine: str | None, state: str, after: tuple[int, str] | None, limit: int
+    ) -> list[InState]:
+        return self.worker.stores.runs_in_state(self.machines, machine, state, after, limit)
+
+    def local_stats(self) -> list[cluster.StateStats]:
+        return self.worker.stores.local_stats(self.machines)
+
+    def peers(self) -> list[cluster.Peer]:
+        """The group's workers and what they own, from the group's description."""
+        if self._admin is None:
+            self._admin = AdminClient(self.worker.config.kafka.client())
+        config = self.worker.config
+        return cluster.peers(self._admin, config.group_id, config.topics.proposals)
+
+    def health(self) -> dict[str, Any]:
+        worker = self.worker
+        return {
+            "status": "ok",
+            "worker_id": worker.worker_id,
+            "group_id": worker.config.group_id,
+            "partitions": worker.stores.owned(),
+            "stats": asdict(worker.stats),
+        }
+
+    def loop_idle_seconds(self) -> float:
+        return time.monotonic() - self.worker.last_turn
+
+    def waiting(self) -> list[str]:
+        """Ready: in the group, every assigned partition restored, clients healthy."""
+        worker = self.worker
+        waiting = []
+        if not worker.assigned:
+            waiting.append("not yet given its partitions by the group")
+        if worker.restoring:
+            waiting.append(f"restoring partitions {worker.restoring}")
+        if worker.broken:
+            waiting.append("its Kafka clients failed; restarting")
+        return waiting
+
+    def metrics(self) -> bytes:
+        return self.worker.metrics.render()
