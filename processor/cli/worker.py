@@ -148,8 +148,7 @@ def worker(
     # `kill -USR1 <pid>` prints them for a worker that seems stuck.
     faulthandler.enable()
     faulthandler.register(signal.SIGUSR1, all_threads=True)
-    if runtime == "native":
-        setup_logging(log_level, log_format)
+    setup_logging(log_level, log_format)  # either runtime: its worker leaves it alone
     try:
         settings = kafka.settings
         keyring = load_keyring(keyring_file, os.environ.get("RUNSTATE_KEYRING"))
@@ -173,14 +172,17 @@ def worker(
         if runtime == "faust":
             from processor.faust_runtime import run_faust_worker
 
-            run_faust_worker(config, http_port, log_level)
+            # Faust binds its port later, so a free one is picked here (its URL is
+            # advertised in the consumer's client id before the server listens).
+            port = http_port or free_port(http_host)
+            url = advertised_url or f"http://{shown_host(http_host)}:{port}"
+            run_faust_worker(config, port, log_level, url)
             return
         running = Worker(config)
         # The API first: its port goes into the consumer's client.id (cluster queries).
         server = serve(running, http_host, http_port)
         host, port = str(server.server_address[0]), int(server.server_address[1])
-        shown = socket.gethostname() if host in ("0.0.0.0", "::") else host
-        running.advertised_url = advertised_url or f"http://{shown}:{port}"
+        running.advertised_url = advertised_url or f"http://{shown_host(host)}:{port}"
         running.start()
     except (ValueError, KeyringError, MachineFileError, WorkerError) as exc:
         raise click.ClickException(str(exc)) from exc
@@ -202,6 +204,17 @@ def worker(
 
 
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+
+
+def shown_host(host: str) -> str:
+    """The bind address as other machines reach it: this host's name for a wildcard."""
+    return socket.gethostname() if host in ("0.0.0.0", "::") else host
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
 
 
 def restart_in_place(stopping: Callable[[], bool], why: str) -> None:

@@ -6,8 +6,11 @@ from processor.config import WorkerConfig
 from processor.errors import WorkerError
 
 
-def run_faust_worker(config: WorkerConfig, http_port: int, log_level: str = "info") -> None:
-    """Run the Faust app until SIGTERM/SIGINT (Faust's worker handles the signals)."""
+def run_faust_worker(
+    config: WorkerConfig, http_port: int, log_level: str = "info", advertised_url: str | None = None
+) -> None:
+    """Run the Faust app until SIGTERM/SIGINT (Faust's worker handles the signals). Logging
+    is the caller's (`processor.logs.setup_logging`): Faust's worker leaves it alone."""
     import faust
 
     from processor.faust_runtime.app import build_app
@@ -20,6 +23,14 @@ def run_faust_worker(config: WorkerConfig, http_port: int, log_level: str = "inf
         raise WorkerError(
             f"topic {config.topics.proposals} does not exist; run `runstate topics create`"
         )
-    app = build_app(config, len(topic.partitions), http_port)
-    worker = faust.Worker(app, loglevel=log_level.upper(), quiet=True, redirect_stdouts=False)
+    app = build_app(config, len(topic.partitions), http_port, advertised_url)
+    # override_logging=False: Faust would replace the root logger's handlers with its own
+    # (colour, its format), and --log-format json would be lost.
+    worker = faust.Worker(
+        app,
+        loglevel=log_level.upper(),
+        quiet=True,
+        redirect_stdouts=False,
+        override_logging=False,
+    )
     worker.execute_from_commandline()

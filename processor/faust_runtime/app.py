@@ -19,34 +19,30 @@ Deadlines and alerts fire through the native worker's punctuator (`timers`), at 
 once: each is marked fired in the table and its changelog once its record is delivered.
 """
 
-import asyncio
-import json
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 import faust
 from faust.types import TP
-from faust.web import Request, Response, View
-from prometheus_client import CONTENT_TYPE_LATEST
 
+from processor.cluster import client_id
 from processor.config import WorkerConfig
 from processor.engine import Commit
-from processor.faust_runtime.history import run_history
 from processor.faust_runtime.kafka import faust_kafka_settings
-from processor.faust_runtime.observe import StateCounts, faust_metrics
+from processor.faust_runtime.observe import StateIndex, faust_metrics
 from processor.faust_runtime.positions import Positions, Verdict
 from processor.faust_runtime.table import NEXT_OFFSET_KEY, SOURCE_OFFSET_HEADER, RunsTable
 from processor.faust_runtime.timers import DueIndex, TableTimers
 from processor.faust_runtime.transport import Consumer, Transport, Unreadable
+from processor.faust_runtime.web import FaustNode, Web, serve_api
+from processor.logs import OUTCOMES_LOG, log_outcomes
 from processor.metrics import MetricsBatch
 from processor.outputs import OutputRecord, Source, dead_letter_record, outcome_records
-from processor.partitioning import partition_for
 from processor.pipeline import DeadLetterReason, Outcome, decide_record
 from processor.punctuator import Punctuator, timer_key
-from processor.readback import read_partition
 from schemas.messages import RunSnapshot
 
 log = logging.getLogger("runstate.faust")
@@ -66,13 +62,19 @@ class FaustStats:
 
 class App(faust.App):
     """A Faust app whose consumer starts never-committed partitions from the
-    beginning after every seek (see `transport`)."""
+    beginning after every seek (see `transport`), and whose web server serves runstate's
+    API alone (see `web`)."""
 
     def _new_transport(self) -> Transport:
         return Transport(self.conf.broker_consumer, self)
 
+    def _new_web(self) -> Web:
+        return Web(self)
 
-def build_app(config: WorkerConfig, partitions: int, http_port: int) -> faust.App:
+
+def build_app(
+    config: WorkerConfig, partitions: int, http_port: int, advertised_url: str | None = None
+) -> faust.App:
     topics = config.topics
     datadir = Path(config.state_dir) / config.group_id / "faust"
     datadir.mkdir(parents=True, exist_ok=True)
@@ -83,6 +85,8 @@ def build_app(config: WorkerConfig, partitions: int, http_port: int) -> faust.Ap
         # The user's -X settings, as Faust's (every one has an equivalent or is refused).
         **faust_kafka_settings(config.kafka.client_config),
     }
+    if advertised_url:  # in the group's description, where other workers find this one
+        kafka["broker_client_id"] = client_id(advertised_url)
     app = App(
         config.group_id,
         broker=[f"kafka://{b}" for b in config.kafka.bootstrap_servers.split(",")],
@@ -176,27 +180,28 @@ def build_app(config: WorkerConfig, partitions: int, http_port: int) -> faust.Ap
     stats = FaustStats()
     punctuator = Punctuator(topics, timer_key(config.keyring, config.timer_key_id))
     due_index = DueIndex()
-    indexed_after = {"recoveries": -1}
 
     @app.timer(interval=config.timer_interval_ms / 1000)  # type: ignore[untyped-decorator]
     async def fire_timers() -> None:
         """Every due timer of the partitions this worker owns, fired once (`timers`)."""
+        node.last_turn = time.monotonic()  # the loop turns (GET /livez)
         if app.rebalancing or app.in_recovery:
             return
-        if indexed_after["recoveries"] != runs.recoveries:  # partitions restored: re-read
+        if node.indexed_recoveries != runs.recoveries:  # partitions restored: re-read
             due_index.forget()
-            state_counts.forget()
-            indexed_after["recoveries"] = runs.recoveries
+            run_states.forget()
+            node.indexed_recoveries = runs.recoveries
         now_ms = int(time.time() * 1000)
         owned_now = owned()
         for partition in range(partitions):
             if partition not in owned_now or not runs.holds(partition):
                 due_index.forget(partition)
-                state_counts.forget(partition)
+                run_states.forget(partition)
                 continue
             if not due_index.indexed(partition):
-                counts = due_index.rebuild(partition, runs.partition_items(partition))
-                state_counts.rebuild(partition, counts)
+                # one scan of the table for both indexes
+                where = due_index.rebuild(partition, runs.partition_items(partition))
+                run_states.rebuild(partition, where)
                 count = due_index.size(partition)
                 log.info("partition %d: %d runs with timers indexed", partition, count)
             due = due_index.due_runs(partition, now_ms)
@@ -249,8 +254,8 @@ def build_app(config: WorkerConfig, partitions: int, http_port: int) -> faust.Ap
                 behind[partition] = max(0, end - positions.next[partition])
         return behind
 
-    state_counts = StateCounts()
-    metrics = faust_metrics(config.machines, state_counts, lambda: owned(), lag)
+    run_states = StateIndex()
+    metrics = faust_metrics(config.machines, run_states, lambda: owned(), lag)
     metrics.restoring.set_function(lambda: 1.0 if app.in_recovery else 0.0)
     runs.on_restored = metrics.restored.inc
 
@@ -346,7 +351,7 @@ def build_app(config: WorkerConfig, partitions: int, http_port: int) -> faust.Ap
                 runs.data[snapshot.key] = snapshot.value
                 if isinstance(outcome, Commit):
                     due_index.note(partition, outcome.snapshot)
-                    state_counts.note(partition, previous, outcome.snapshot)
+                    run_states.note(partition, previous, outcome.snapshot)
                 stats.transitions += 1
             elif isinstance(outcome, DeadLetterReason):
                 stats.dead_letters += 1
@@ -357,70 +362,25 @@ def build_app(config: WorkerConfig, partitions: int, http_port: int) -> faust.Ap
             observed = MetricsBatch()
             observed.stage(previous, outcome)
             metrics.committed(observed, time.perf_counter() - sending, 1)
+            if OUTCOMES_LOG.isEnabledFor(logging.WARNING):
+                log_outcomes([outcome])  # acknowledged: at seed 003's levels
 
     def owned() -> list[int]:
         return sorted(
             tp.partition for tp in app.assignor.assigned_actives() if tp.topic == topics.proposals
         )
 
-    @app.page("/health")
-    class Health(View):
-        async def get(self, request: Request) -> Response:
-            return self.json(
-                {
-                    "status": "ok",
-                    "runtime": "faust",
-                    "group_id": config.group_id,
-                    "partitions": owned() if app.rebalancing is False else [],
-                    "stats": asdict(stats),
-                }
-            )
-
-    @app.page("/metrics")
-    class Metrics(View):
-        async def get(self, request: Request) -> Response:
-            # aiohttp takes a charset only as a header, not in content_type
-            return self.bytes(metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-    def owned_snapshot(run_id: str, partition: int) -> RunSnapshot | tuple[int, dict[str, object]]:
-        """The run's snapshot here, or (status, body): 421 not owned here, 404 unknown."""
-        if partition not in owned():
-            error = f"run '{run_id}' lives in partition {partition}"
-            return 421, {"error": error, "partition": partition}
-        snapshot = snapshot_of(run_id)
-        return snapshot if snapshot is not None else (404, {"error": f"no run '{run_id}'"})
-
-    @app.page("/runs/{run_id}")
-    class Run(View):
-        async def get(self, request: Request, run_id: str) -> Response:
-            partition = partition_for(run_id, partitions)
-            snapshot = owned_snapshot(run_id, partition)
-            if not isinstance(snapshot, RunSnapshot):
-                return self.json(snapshot[1], status=snapshot[0])
-            return self.json(snapshot.model_dump(mode="json"))
-
-    @app.page("/runs/{run_id}/history")
-    class History(View):
-        async def get(self, request: Request, run_id: str) -> Response:
-            partition = partition_for(run_id, partitions)
-            snapshot = owned_snapshot(run_id, partition)
-            if not isinstance(snapshot, RunSnapshot):
-                return self.json(snapshot[1], status=snapshot[0])
-            # No history store: the run's partition of the transitions topic, read on
-            # each request (in a thread, so the agent goes on).
-            loop = asyncio.get_running_loop()
-            records = await loop.run_in_executor(
-                None, read_partition, config.kafka, topics.transitions, partition, 0, 60.0
-            )
-            key = run_id.encode()
-            return self.json(
-                [
-                    json.loads(t.model_dump_json())
-                    for t in run_history(
-                        (r.value for r in records if r.key == key and r.value is not None),
-                        snapshot.revision,
-                    )
-                ]
-            )
-
+    node = FaustNode(
+        app=app,
+        config=config,
+        partitions=partitions,
+        runs=runs,
+        due_index=due_index,
+        states=run_states,
+        metrics=metrics,
+        stats=stats,
+        owned=owned,
+        advertised_url=advertised_url,
+    )
+    serve_api(app, node)  # the same HTTP API as the native worker's (processor/api.py)
     return app

@@ -20,11 +20,11 @@ id and expected revision are the same); a repeated alert is a second alert recor
 
 import heapq
 import json
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from processor.faust_runtime.observe import Entered
 from processor.punctuator import FIRED_CHANGELOG_PREFIX, NOT_FIRED, Fired
 from schemas.messages import RunSnapshot
 
@@ -82,14 +82,12 @@ class DueIndex:
         else:
             self._partitions.pop(partition, None)
 
-    def rebuild(
-        self, partition: int, items: Iterable[tuple[bytes, bytes]]
-    ) -> Counter[tuple[str, str]]:
-        """Index a partition from all of its table entries; returns its runs per (machine,
-        state), read in the same scan (for the metrics)."""
+    def rebuild(self, partition: int, items: Iterable[tuple[bytes, bytes]]) -> list[Entered]:
+        """Index a partition from all of its table entries; returns where each run is and
+        since when, read in the same scan (for the metrics and GET /runs?state=)."""
         marks: dict[str, Fired] = {}
         timers: dict[str, list[tuple[int, int, str]]] = {}
-        states: Counter[tuple[str, str]] = Counter()
+        runs: list[Entered] = []
         for key, value in items:
             if key.startswith(FIRED_CHANGELOG_PREFIX):
                 marks[key[len(FIRED_CHANGELOG_PREFIX) :].decode()] = Fired.decode(value)
@@ -97,7 +95,10 @@ class DueIndex:
                 continue
             else:
                 data = json.loads(value)
-                states[(str(data.get("machine")), str(data.get("state")))] += 1
+                entered = int(data.get("entered_state_at_ms") or 0)
+                runs.append(
+                    Entered(entered, key.decode(), str(data.get("machine")), str(data.get("state")))
+                )
                 armed = data.get("timers") or []
                 if armed:
                     timers[key.decode()] = [
@@ -107,7 +108,7 @@ class DueIndex:
         for run_id, run_timers in timers.items():
             fired = marks.get(run_id, NOT_FIRED)
             index.put(run_id, (due for due, rev, name in run_timers if not fired.covers(rev, name)))
-        return states
+        return runs
 
     def note(self, partition: int, snapshot: RunSnapshot) -> None:
         """A run's new snapshot (a commit): its timers replace the run's old ones."""

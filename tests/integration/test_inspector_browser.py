@@ -33,8 +33,9 @@ def browser() -> webdriver.Chrome:
     return webdriver.Chrome(service=Service(driver), options=options)
 
 
-def test_inspector_shows_a_demo_run_in_chromium(env: Env) -> None:
-    worker = WorkerProcess(env, env.tmp / "w1")
+@pytest.mark.parametrize("runtime", ["native", "faust"])
+def test_inspector_shows_a_demo_run_in_chromium(env: Env, runtime: str) -> None:
+    worker = WorkerProcess(env, env.tmp / "w1", runtime=runtime)
     driver = Driver(KafkaSettings(env.bootstrap), env.topics, env.keyring, seed=7)
     try:
         worker.wait_ready(partitions=3)
@@ -57,7 +58,7 @@ def test_inspector_shows_a_demo_run_in_chromium(env: Env) -> None:
             assert [int(r.get_attribute("data-revision") or -1) for r in rows] == [
                 t["revision"] for t in history
             ]
-            shot = env.tmp / f"inspector-{run_id}.png"
+            shot = env.tmp / f"inspector-{runtime}-{run_id}.png"
             assert chrome.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
             print(f"screenshot: {shot}")
         finally:

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -168,10 +169,14 @@ def test_metrics_count_exactly_what_a_known_scenario_did(env: Env, runtime: str)
     assert restored is not None and restored >= 2  # the changelog's snapshots of m1, m2
 
 
-def test_json_logs_at_seed_levels(env: Env) -> None:
-    """--log-format json: INFO per committed transition, WARNING per rejection, each a
-    JSON object with the fields a log pipeline indexes."""
-    worker = WorkerProcess(env, env.tmp / "w1", "--log-format", "json", "--log-level", "info")
+@pytest.mark.parametrize("runtime", ["native", "faust"])
+def test_json_logs_at_seed_levels(env: Env, runtime: str) -> None:
+    """--log-format json: INFO per committed (Faust: acknowledged) transition, WARNING per
+    rejection, each a JSON object with the fields a log pipeline indexes; every line the
+    worker logs is one (Faust's own too)."""
+    worker = WorkerProcess(
+        env, env.tmp / "w1", "--log-format", "json", "--log-level", "info", runtime=runtime
+    )
     client = env.client()
     try:
         worker.wait_ready(partitions=3)
@@ -182,12 +187,14 @@ def test_json_logs_at_seed_levels(env: Env) -> None:
     finally:
         client.close()
         assert worker.terminate() == 0, worker.log()
-    lines = [
-        json.loads(line)
-        for line in worker.log_path.read_text().splitlines()
-        if line.startswith("{")
-    ]
+    logged = worker.log_path.read_text().splitlines()
+    lines = [json.loads(line) for line in logged if line.startswith("{")]
     assert lines and all({"time", "level", "logger", "message"} <= set(line) for line in lines)
+    # Faust's loggers (faust.*, aiokafka, mode) go through the same formatter
+    assert {line["logger"].split(".")[0] for line in lines} >= (
+        {"runstate", "faust"} if runtime == "faust" else {"runstate"}
+    )
+    assert not [line for line in logged if line.startswith(("[20", "INFO", "WARNING"))]
     outcomes = [line for line in lines if line["logger"] == "runstate.outcomes"]
     assert [(o["level"], o.get("to_state"), o.get("code")) for o in outcomes] == [
         ("INFO", "planned", None),
@@ -196,7 +203,8 @@ def test_json_logs_at_seed_levels(env: Env) -> None:
     assert outcomes[0]["run_id"] == outcomes[1]["run_id"] == "j1"
 
 
-def test_runs_by_state_across_workers_from_either_worker(env: Env) -> None:
+@pytest.mark.parametrize("runtime", ["native", "faust"])
+def test_runs_by_state_across_workers_from_either_worker(env: Env, runtime: str) -> None:
     """GET /runs?state= and /stats answer for the whole cluster whichever worker is
     asked: paused runs in every partition, paged longest-waiting first."""
     paused = []
@@ -207,8 +215,8 @@ def test_runs_by_state_across_workers_from_either_worker(env: Env) -> None:
         if len(paused) == 6:
             break
     running = ["q-run-a", "q-run-b"]
-    first = WorkerProcess(env, env.tmp / "w1")
-    second = WorkerProcess(env, env.tmp / "w2")
+    first = WorkerProcess(env, env.tmp / "w1", runtime=runtime)
+    second = WorkerProcess(env, env.tmp / "w2", runtime=runtime)
     client, workers = env.client(), [first, second]
     try:
         first.wait_ready()
@@ -226,7 +234,7 @@ def test_runs_by_state_across_workers_from_either_worker(env: Env) -> None:
             assert isinstance(client.propose_and_wait(run_id, "start"), Transition)
         for run_id in paused:
             assert isinstance(client.propose_and_wait(run_id, "pause_for_approval"), Transition)
-        time.sleep(0.5)  # the last checkpoint reaches the stores
+        time.sleep(0.5)  # the last checkpoint reaches the stores (Faust: its index)
         for worker in workers:
             pages, after = [], None
             while True:
@@ -256,3 +264,57 @@ def test_runs_by_state_across_workers_from_either_worker(env: Env) -> None:
         client.close()
         for worker in workers:
             assert worker.terminate() == 0, worker.log()
+
+
+def _status(url: str) -> tuple[int, bytes, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, response.read(), response.headers["Content-Type"]
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read(), exc.headers["Content-Type"]
+
+
+def test_faust_probes_and_inspector(env: Env) -> None:
+    """The Faust runtime's /livez and /readyz (ready once in the group, its table
+    recovered and its indexes built; 503 with what it waits for until then) and its
+    inspector page, which says that it keeps no refusals."""
+    worker = WorkerProcess(env, env.tmp / "w1", runtime="faust")
+    client = env.client()
+    try:
+        began, waited = time.monotonic(), []
+        while True:
+            assert worker.proc.poll() is None, worker.log()
+            assert time.monotonic() - began < 90, f"never ready: {waited}\n{worker.log()}"
+            try:
+                status, body, kind = _status(worker.url + "/readyz")
+            except OSError:  # not listening yet
+                time.sleep(0.1)
+                continue
+            assert kind == "application/json"
+            ready = json.loads(body)
+            if status == 200:
+                assert ready == {"ready": True, "partitions": [0, 1, 2], "waiting": []}
+                break
+            assert status == 503 and ready["ready"] is False and ready["waiting"], ready
+            waited += ready["waiting"]
+            time.sleep(0.1)
+        status, body, _ = _status(worker.url + "/livez")
+        live = json.loads(body)
+        assert status == 200 and live["alive"] is True and live["loop_idle_seconds"] < 5
+        assert isinstance(client.create_and_wait("i1", M, deadlines=SLOW), Transition)
+        assert isinstance(client.propose_and_wait("i1", "start"), Transition)
+        assert isinstance(client.propose_and_wait("i1", "complete"), Rejection)
+        assert isinstance(client.propose_and_wait("i1", "pause_for_approval"), Transition)
+        status, body, kind = _status(worker.url + "/inspect?run=i1")
+        page = body.decode()
+        assert status == 200 and kind.startswith("text/html"), page
+        assert 'id="current-state">paused<' in page
+        assert page.count('<tr class="transition"') == 3  # read from the transitions topic
+        assert 'id="no-refusals"' in page and '<tr class="refused"' not in page
+        assert _status(worker.url + "/inspect?run=nobody")[0] == 404
+        status, body, _ = _status(worker.url + "/")  # the search box, not Faust's index
+        assert status == 200 and b'name="run"' in body
+        assert _status(worker.url + "/router")[0] == 404  # Faust's own pages are not served
+    finally:
+        client.close()
+        assert worker.terminate() == 0, worker.log()

@@ -50,7 +50,10 @@ def test_rebuild_reads_snapshots_only_and_leaves_fired_timers_out() -> None:
     table.partition_put(0, b"\x00next-offset\x00", b"17")  # the local offset mark
     index = DueIndex()
     assert not index.indexed(0)
-    assert index.rebuild(0, table.data[0].items()) == {("task_lifecycle", "paused"): 3}
+    runs = index.rebuild(0, table.data[0].items())  # where each run is, for GET /runs
+    assert sorted((r.run_id, r.machine, r.state, r.entered_ms) for r in runs) == [
+        (run_id, "task_lifecycle", "paused", 0) for run_id in "abc"
+    ]
     assert index.size(0) == 2
     assert index.due_runs(0, 99) == []
     assert index.due_runs(0, 150) == ["a"]  # b's heartbeat (50) fired already
