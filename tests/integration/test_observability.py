@@ -303,8 +303,8 @@ def test_faust_probes_and_inspector(env: Env) -> None:
         assert status == 200 and live["alive"] is True and live["loop_idle_seconds"] < 5
         assert isinstance(client.create_and_wait("i1", M, deadlines=SLOW), Transition)
         assert isinstance(client.propose_and_wait("i1", "start"), Transition)
-        assert isinstance(client.propose_and_wait("i1", "complete"), Rejection)
         assert isinstance(client.propose_and_wait("i1", "pause_for_approval"), Transition)
+        assert isinstance(client.propose_and_wait("i1", "start"), Rejection)  # not while paused
         status, body, kind = _status(worker.url + "/inspect?run=i1")
         page = body.decode()
         assert status == 200 and kind.startswith("text/html"), page
