@@ -212,6 +212,7 @@ def refused_share(keyring: Keyring, records: list[RawRecord]) -> float:
             keyring=keyring,
             machines=machines,
             lookup=snapshots.get,
+            seen=lambda _run, _proposal: None,
         )
         if isinstance(outcome, Commit):
             snapshots[outcome.snapshot.run_id] = outcome.snapshot

@@ -61,6 +61,7 @@ class _Life:
             keyring=self.keyring,
             machines={self.machine.name: self.machine},
             lookup=lambda _id: self.snapshot,
+            seen=lambda _run, _proposal: None,
         )
         self.records.append(record)
         if isinstance(outcome, Commit):

@@ -14,9 +14,9 @@ from pydantic import ValidationError
 from processor.engine import Commit, Machine
 from processor.intake import DEFAULT_MAX_PROPOSAL_BYTES, Headers
 from processor.keyring import Keyring
-from processor.pipeline import DEFAULT_MAX_STATE_BYTES, decide_record
+from processor.pipeline import DEFAULT_MAX_STATE_BYTES, RunsInMemory, decide_record
 from schemas.audit import transition_hash
-from schemas.messages import RunSnapshot, Transition
+from schemas.messages import Transition
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def verify_partition(
     max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
 ) -> list[Finding]:
     findings: list[Finding] = []
-    state: dict[str, RunSnapshot] = {}
+    runs = RunsInMemory()
     expected: list[Transition] = []
     for record in proposals:
         outcome = decide_record(
@@ -72,12 +72,13 @@ def verify_partition(
             record.timestamp_ms,
             keyring=keyring,
             machines=machines,
-            lookup=state.get,
+            lookup=runs.lookup,
+            seen=runs.seen,
             max_bytes=max_bytes,
             max_state_bytes=max_state_bytes,
         )
+        runs.apply(outcome)
         if isinstance(outcome, Commit):
-            state[outcome.snapshot.run_id] = outcome.snapshot
             expected.append(outcome.transition)
 
     last_hash: dict[str, str] = {}

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from pythonjsonlogger.json import JsonFormatter
 
-from processor.engine import Commit
+from processor.engine import Beat, Commit
 from processor.pipeline import DeadLetterReason
 from schemas.messages import Rejection
 
@@ -43,11 +43,21 @@ def setup_logging(level: str, fmt: str = "text") -> None:
 OUTCOMES_LOG = logging.getLogger("runstate.outcomes")
 
 
-def log_outcomes(outcomes: Iterable[Commit | Rejection | DeadLetterReason]) -> None:
+def log_outcomes(outcomes: Iterable[Commit | Beat | Rejection | DeadLetterReason]) -> None:
     """Committed outcomes at seed 003's levels: INFO per transition, WARNING per
-    rejection and DLQ record, with the fields a log pipeline indexes."""
+    rejection and DLQ record, with the fields a log pipeline indexes. Heartbeats are
+    liveness, not events of the run: DEBUG."""
     for outcome in outcomes:
-        if isinstance(outcome, Commit):
+        if isinstance(outcome, Beat):
+            h = outcome.heartbeat
+            OUTCOMES_LOG.debug(
+                "%s: alive at %d (deadline %s)",
+                h.run_id,
+                h.at_ms,
+                h.deadline_ms,
+                extra={"run_id": h.run_id, "proposal_id": h.proposal_id},
+            )
+        elif isinstance(outcome, Commit):
             t = outcome.transition
             OUTCOMES_LOG.info(
                 "%s: %s -> %s on %s by %s",

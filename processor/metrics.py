@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from processor.engine import Commit, Machine
+from processor.engine import Beat, Commit, Machine
 from processor.pipeline import DeadLetterReason, Outcome
 from schemas.codes import RejectionCode
 from schemas.messages import Rejection, RunSnapshot
@@ -34,12 +34,15 @@ class MetricsBatch:
     transitions: list[tuple[RunSnapshot | None, Commit]] = field(default_factory=list)
     rejections: list[tuple[str, Rejection]] = field(default_factory=list)
     dead_letters: int = 0
+    heartbeats: list[str] = field(default_factory=list)  # machine of each
     alerts: list[tuple[str, str]] = field(default_factory=list)  # (machine, rule)
 
     def stage(self, previous: RunSnapshot | None, outcome: Outcome) -> None:
         """An outcome of the transaction; `previous` is the run before it."""
         if isinstance(outcome, Commit):
             self.transitions.append((previous, outcome))
+        elif isinstance(outcome, Beat):
+            self.heartbeats.append(outcome.snapshot.machine)
         elif isinstance(outcome, DeadLetterReason):
             self.dead_letters += 1
         else:
@@ -81,6 +84,12 @@ class WorkerMetrics:
             "runstate_retries", "Transitions into a retry state.", ["machine"], registry=r
         )
         self.dead_letters = Counter("runstate_dead_letters", "Records sent to the DLQ.", registry=r)
+        self.heartbeats = Counter(
+            "runstate_heartbeats",
+            "Heartbeats taken (liveness, not transitions).",
+            ["machine"],
+            registry=r,
+        )
         self.time_in_state = Histogram(
             "runstate_time_in_state_seconds",
             "Time a run spent in a state, observed when it leaves it.",
@@ -153,6 +162,8 @@ class WorkerMetrics:
                 self.invalid_transitions.labels(machine, state, event).inc()
         if batch.dead_letters:
             self.dead_letters.inc(batch.dead_letters)
+        for machine in batch.heartbeats:
+            self.heartbeats.labels(machine).inc()
         for machine, rule in batch.alerts:
             self.alerts.labels(machine, rule).inc()
         self.checkpoint.observe(seconds)

@@ -13,10 +13,10 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from processor.engine import Commit
+from processor.engine import Beat, Commit
 from processor.pipeline import DeadLetterReason, Outcome
 from processor.topics import TopicNames
-from schemas.messages import DeadLetter, Rejection, RunSnapshot
+from schemas.messages import DeadLetter, Rejection, RunSnapshot, Transition
 
 #: librdkafka's default `message.max.bytes`: the largest record a producer sends.
 DEFAULT_MESSAGE_MAX_BYTES = 1_000_000
@@ -32,9 +32,22 @@ _KEY_PREFIX_BYTES = 256
 
 #: Headers of a commit's records that carry what a partition store's indexes need, so a
 #: restore reads them without decoding the record: the run's machine, state, time of
-#: entry and timers on its changelog record; the revision on its transition record.
+#: entry and timers on its changelog record; the revision and the proposal id, as
+#: "<revision> <proposal id>", on its transition record.
 INDEX_HEADER = "runstate-index"
 REVISION_HEADER = "runstate-revision"
+
+
+def revision_header(transition: Transition) -> bytes:
+    return f"{transition.revision} {transition.proposal_id}".encode()
+
+
+def parse_revision_header(raw: bytes) -> tuple[int, str | None]:
+    """(revision, proposal id) of a REVISION_HEADER value; the proposal id is None in
+    records written before it was added. ValueError when it is not one."""
+    revision, _, proposal_id = raw.partition(b" ")
+    return int(revision), (proposal_id.decode() if proposal_id else None)
+
 
 #: (machine, state, entered_state_at_ms) and [(due_at_ms, revision, name), ...]
 Where = tuple[str, str, int]
@@ -189,14 +202,26 @@ def outcome_records(
     topics: TopicNames, outcome: Outcome, source: Source, limits: RecordLimits = UNLIMITED
 ) -> list[OutputRecord]:
     """The records an outcome is published as, in order: a commit's transition then its
-    snapshot (changelog); a rejection; or the DLQ record of what could not be decoded."""
+    snapshot (changelog); a heartbeat's answer then the run's snapshot, alive
+    (changelog); a rejection; or the DLQ record of what could not be decoded."""
+    if isinstance(outcome, Beat):
+        run_key = outcome.snapshot.run_id.encode()
+        return [
+            OutputRecord(topics.heartbeats, run_key, outcome.heartbeat.model_dump_json().encode()),
+            OutputRecord(
+                topics.changelog,
+                run_key,
+                outcome.snapshot.model_dump_json().encode(),
+                [(INDEX_HEADER, snapshot_index(outcome.snapshot))],
+            ),
+        ]
     if isinstance(outcome, Commit):
         run_key = outcome.snapshot.run_id.encode()
         transition, snapshot = outcome.encoded or (
             outcome.transition.model_dump_json().encode(),
             outcome.snapshot.model_dump_json().encode(),
         )
-        revision = str(outcome.transition.revision).encode()
+        revision = revision_header(outcome.transition)
         return [
             OutputRecord(topics.transitions, run_key, transition, [(REVISION_HEADER, revision)]),
             OutputRecord(

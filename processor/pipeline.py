@@ -5,9 +5,9 @@ function over the proposals topic, which is why a replay reproduces every decisi
 """
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from processor.engine import Commit, Machine, decide
+from processor.engine import Beat, Commit, Machine, decide
 from processor.intake import (
     DEFAULT_MAX_PROPOSAL_BYTES,
     Headers,
@@ -34,7 +34,10 @@ class DeadLetterReason:
     reason: str
 
 
-Outcome = Commit | Rejection | DeadLetterReason
+Outcome = Commit | Beat | Rejection | DeadLetterReason
+
+#: (run id, proposal id) -> the revision that committed it, or None.
+Seen = Callable[[str, str], int | None]
 
 
 def decide_record(
@@ -46,15 +49,17 @@ def decide_record(
     keyring: Keyring,
     machines: Mapping[str, Machine],
     lookup: Callable[[str], RunSnapshot | None],
+    seen: Seen,
     max_bytes: int = DEFAULT_MAX_PROPOSAL_BYTES,
     max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
 ) -> Outcome:
     """The outcome of one record of the proposals topic.
 
     `timestamp_ms` is the record's broker timestamp; `lookup` gives a run's current
-    snapshot (None when it does not exist). A commit comes back with its records
-    encoded (`Commit.encoded`), or refused `state_too_large` when either would be over
-    `max_state_bytes`.
+    snapshot (None when it does not exist), `seen` the revision that committed a
+    proposal id of a run, for the run's whole life (None: never). A commit comes back
+    with its records encoded (`Commit.encoded`), or refused `state_too_large` when
+    either would be over `max_state_bytes`.
     """
     decoded = decode_proposal(value, timestamp_ms, max_bytes)
     if isinstance(decoded, Undecodable):
@@ -78,8 +83,11 @@ def decide_record(
     principal = authenticate(value or b"", headers, keyring)
     if isinstance(principal, str):
         return reject_unauthenticated(proposal, principal, timestamp_ms)
-    current = lookup(proposal.run_id)
-    decision = decide(machines, current, proposal, principal, timestamp_ms)
+    run_id = proposal.run_id
+    current = lookup(run_id)
+    decision = decide(
+        machines, current, proposal, principal, timestamp_ms, lambda pid: seen(run_id, pid)
+    )
     if isinstance(decision, Commit):
         return fit_commit(decision, current, max_state_bytes)
     return decision
@@ -125,3 +133,26 @@ def _shown(key: bytes) -> str:
         except UnicodeDecodeError:
             pass
     return f"of {len(key)} bytes ({key[:32]!r}...)"
+
+
+@dataclass
+class RunsInMemory:
+    """Runs as a dict, for whoever decides records without a store (verify, replay
+    checks, tests): the snapshots and every committed proposal id, kept as a store
+    keeps them. Hand `lookup` and `seen` to `decide_record`, then `apply` its outcome."""
+
+    snapshots: dict[str, RunSnapshot] = field(default_factory=dict)
+    committed: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def lookup(self, run_id: str) -> RunSnapshot | None:
+        return self.snapshots.get(run_id)
+
+    def seen(self, run_id: str, proposal_id: str) -> int | None:
+        return self.committed.get((run_id, proposal_id))
+
+    def apply(self, outcome: Outcome) -> None:
+        if isinstance(outcome, Commit):
+            t = outcome.transition
+            self.committed[(t.run_id, t.proposal_id)] = t.revision
+        if isinstance(outcome, Commit | Beat):
+            self.snapshots[outcome.snapshot.run_id] = outcome.snapshot

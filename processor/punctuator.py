@@ -24,19 +24,26 @@ log = logging.getLogger("runstate.worker")
 FIRED_CHANGELOG_PREFIX = b"\x00fired\x00"
 
 
+def _mark(name: str, due_ms: int) -> str:
+    # The due time is part of a timer's identity: a heartbeat moves the heartbeat
+    # deadline without a new revision, and the moved deadline must fire again.
+    return f"{name}@{due_ms}"
+
+
 @dataclass(frozen=True)
 class Fired:
-    """Timers already fired for a run at `revision` (older revisions' marks are moot)."""
+    """Timers already fired for a run at `revision` (older revisions' marks are moot),
+    each named with its due time."""
 
     revision: int
     names: frozenset[str]
 
-    def covers(self, revision: int, name: str) -> bool:
-        return self.revision == revision and name in self.names
+    def covers(self, revision: int, name: str, due_ms: int) -> bool:
+        return self.revision == revision and _mark(name, due_ms) in self.names
 
-    def with_name(self, revision: int, name: str) -> "Fired":
+    def with_name(self, revision: int, name: str, due_ms: int) -> "Fired":
         names = self.names if self.revision == revision else frozenset()
-        return Fired(revision, names | {name})
+        return Fired(revision, names | {_mark(name, due_ms)})
 
     def encode(self) -> bytes:
         return json.dumps({"revision": self.revision, "names": sorted(self.names)}).encode()
@@ -57,7 +64,7 @@ class TimerState(Protocol):
 
     def fired(self, run_id: str) -> Fired: ...
 
-    def stage_fired(self, run_id: str, revision: int, name: str) -> Fired:
+    def stage_fired(self, run_id: str, revision: int, name: str, due_ms: int) -> Fired:
         """Mark the timer fired; the marks of the run at that revision, to write."""
         ...
 
@@ -136,7 +143,7 @@ class Punctuator:
                 continue
             for timer in snapshot.timers:
                 if timer.due_at_ms > now_ms or store.fired(run_id).covers(
-                    timer.revision, timer.name
+                    timer.revision, timer.name, timer.due_at_ms
                 ):
                     continue
                 records: list[OutputRecord] = []
@@ -151,7 +158,7 @@ class Punctuator:
                         timer.name,
                         run_id,
                     )
-                marks = store.stage_fired(run_id, timer.revision, timer.name)
+                marks = store.stage_fired(run_id, timer.revision, timer.name, timer.due_at_ms)
                 key = FIRED_CHANGELOG_PREFIX + run_id.encode()
                 records.append(OutputRecord(self.topics.changelog, key, marks.encode()))
                 yield Firing(snapshot, timer, records)
@@ -163,8 +170,8 @@ class Punctuator:
             run_id=snapshot.run_id,
             event=timer.event,
             reason=timer.reason,
-            # Anything that happened to the run since (an approval, a heartbeat) wins:
-            # the deadline is then refused revision_conflict.
+            # Anything that happened to the run since (an approval; a heartbeat, which
+            # moves the deadline) wins: the deadline is then refused revision_conflict.
             expected_revision=timer.revision,
             metadata={"timer": timer.name, "due_at_ms": timer.due_at_ms},
         )

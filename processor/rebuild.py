@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient
 
 from processor.config import KafkaSettings
 from processor.engine import Machine
-from processor.outputs import INDEX_HEADER, snapshot_index
+from processor.outputs import INDEX_HEADER, revision_header, snapshot_index
 from processor.partitioning import partition_for
 from processor.readback import offset_for_time, read_partition
 from processor.replay import Replayed, ReplayProblem, apply_transitions
@@ -120,7 +120,7 @@ class StoreRebuild:
             if changelog_end is not None:
                 offsets[topics.changelog] = changelog_end
             history: list[TransitionRecord] = [
-                (t.run_id.encode(), r.value or b"", str(t.revision).encode())
+                (t.run_id.encode(), r.value or b"", revision_header(t))
                 for (t, _), r in zip(pairs, records, strict=True)
             ]
             store.restore(snapshots, history, offsets)

@@ -9,8 +9,8 @@ Reading the topic and writing the stores is `processor.rebuild`'s job.
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from processor.engine import Commit, Machine, decide
-from schemas.messages import Proposal, RunSnapshot, Transition
+from processor.engine import Commit, Machine, alive_at, decide
+from schemas.messages import Proposal, Rejection, RunSnapshot, Transition
 
 
 @dataclass
@@ -74,15 +74,27 @@ def apply_transitions(
                 )
             )
             continue
+        machine = machines.get(current.machine) if current is not None else None
+        # Heartbeats are not transitions: a transition names the latest one it was
+        # decided with, and the time checks need it.
+        if (
+            current is not None
+            and machine is not None
+            and current.heartbeat_at_ms != transition.heartbeat_at_ms
+        ):
+            current = alive_at(machine, current, transition.heartbeat_at_ms)
         decision = decide(
             machines, current, proposal_of(transition), transition.principal, transition.at_ms
         )
         if not isinstance(decision, Commit):
+            why = (
+                f"{decision.code.value}: {decision.detail}"
+                if isinstance(decision, Rejection)
+                else "a heartbeat, not a transition"
+            )
             result.problems.append(
                 ReplayProblem(
-                    transition.transition_id,
-                    offset,
-                    f"deciding it again refuses it: {decision.code.value}: {decision.detail}",
+                    transition.transition_id, offset, f"deciding it again refuses it: {why}"
                 )
             )
             continue

@@ -24,6 +24,7 @@ class TopicNames:
     dlq: str
     changelog: str
     alerts: str
+    heartbeats: str
 
     @classmethod
     def with_prefix(cls, prefix: str = DEFAULT_PREFIX) -> "TopicNames":
@@ -34,6 +35,7 @@ class TopicNames:
             dlq=f"{prefix}dlq",
             changelog=f"{prefix}runs-changelog",
             alerts=f"{prefix}alerts",
+            heartbeats=f"{prefix}heartbeats",
         )
 
 
@@ -80,6 +82,15 @@ def plan_topics(names: TopicNames, partitions: int, replication: int) -> list[To
             {"cleanup.policy": "compact", **isr},
         ),
         TopicPlan(names.alerts, "alerts", partitions, replication, {**isr}),
+        # Answers to heartbeats, for the agent that waits for one: the run's liveness
+        # itself is kept in the changelog's snapshot, so a day of answers is plenty.
+        TopicPlan(
+            names.heartbeats,
+            "heartbeats",
+            partitions,
+            replication,
+            {"cleanup.policy": "delete", "retention.ms": str(24 * 3600 * 1000), **isr},
+        ),
     ]
 
 

@@ -8,6 +8,9 @@ ensure_ascii=False)):
      event, proposal_id, principal.source, principal.authority, reason, payload,
      metadata, retry_count, at_ms, prev_hash]
 
+followed by `heartbeat_at_ms` when the transition has one (a transition decided with no
+heartbeat since the previous one hashes as if the field did not exist).
+
 `prev_hash` is the previous transition's `hash` ("" at revision 0), so changing any
 record breaks its own hash and every later link.
 """
@@ -42,7 +45,7 @@ def transition_hash(fields: dict[str, Any]) -> str:
 
 def canonical_values(fields: dict[str, Any]) -> list[Any]:
     principal = fields["principal"]
-    return [
+    values = [
         fields["schema_version"],
         fields["transition_id"],
         fields["run_id"],
@@ -61,6 +64,10 @@ def canonical_values(fields: dict[str, Any]) -> list[Any]:
         fields["at_ms"],
         fields["prev_hash"],
     ]
+    heartbeat = fields.get("heartbeat_at_ms")
+    if heartbeat is not None:
+        values.append(heartbeat)
+    return values
 
 
 def canonical_text(values: list[Any]) -> str:

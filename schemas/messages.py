@@ -126,7 +126,13 @@ class RunSnapshot(VersionedMessage):
     steps: dict[str, StepRecord] = Field(default_factory=dict)
     recent_proposals: dict[str, int] = Field(
         default_factory=dict,
-        description="Bounded window: committed proposal id -> its revision, oldest first.",
+        description="Committed proposal id -> its revision, the latest few, oldest first; "
+        "the store remembers every one for the run's life.",
+    )
+    heartbeat_at_ms: int | None = Field(
+        default=None,
+        description="Broker time of the run's latest heartbeat since its latest transition "
+        "(None: none since); the heartbeat deadline counts from it.",
     )
     stop_reason: str | None = None
     last_reason: str | None = None
@@ -156,6 +162,29 @@ class Transition(VersionedMessage):
     at_ms: int = Field(description="Broker timestamp of the proposal, ms since the epoch.")
     prev_hash: str = Field(default="", description="`hash` of the run's previous transition.")
     hash: str = Field(default="", description="schemas.audit.transition_hash of this record.")
+    heartbeat_at_ms: int | None = Field(
+        default=None,
+        description="The run's latest heartbeat when this was decided, if one came after "
+        "the previous transition: the time checks depend on it, so a replay needs it.",
+    )
+
+
+class Heartbeat(VersionedMessage):
+    """The answer to a heartbeat: the run is alive, its heartbeat deadline pushed back.
+    Not a transition: the revision, the transitions topic and the dedupe memory stay as
+    they were. Published on the heartbeats topic, keyed by run_id."""
+
+    run_id: RunId
+    proposal_id: ProposalId
+    machine: Name
+    state: str
+    revision: int = Field(description="The run's revision, unchanged by the heartbeat.")
+    principal: Principal
+    at_ms: int = Field(description="Broker timestamp of the heartbeat, ms since the epoch.")
+    deadline_ms: int | None = Field(
+        description="When the run's heartbeat deadline now falls due (None: no heartbeat "
+        "timeout in this state)."
+    )
 
 
 class Alert(VersionedMessage):

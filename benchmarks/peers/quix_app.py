@@ -61,6 +61,9 @@ def main() -> None:
             keyring=ring,
             machines=machines,
             lookup=lambda _run_id: snapshot,
+            seen=lambda _run, _proposal: (
+                None
+            ),  # the snapshot's window only: less work than the worker's lifetime lookup
         )
         where = message_context()
         source = Source(names.proposals, where.partition, where.offset, key, value, timestamp)

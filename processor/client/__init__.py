@@ -8,6 +8,9 @@
 
 Proposals are produced with an idempotent producer, keyed by run_id with Kafka's
 default (murmur2) partitioner, and signed with HMAC-SHA256 over the record value.
+An outcome is a `Transition`, a `Rejection`, or for a heartbeat a `Heartbeat`. A
+proposal sent again with a proposal id the run already committed (a safe retry) is
+answered with the original transition, however long ago it was committed.
 """
 
 import json
@@ -24,11 +27,13 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from processor.config import KafkaSettings
 from processor.intake import signed_headers
-from processor.readback import watermarks
+from processor.partitioning import partition_for
+from processor.readback import read_partition, watermarks
 from processor.topics import TopicNames
-from schemas.messages import Proposal, Rejection, RunSnapshot, Transition
+from schemas.codes import RejectionCode
+from schemas.messages import Heartbeat, Proposal, Rejection, RunSnapshot, Transition
 
-Outcome = Transition | Rejection
+Outcome = Transition | Heartbeat | Rejection
 
 
 class OutcomeTimeout(TimeoutError):
@@ -36,8 +41,8 @@ class OutcomeTimeout(TimeoutError):
 
 
 class OutcomeWaiter:
-    """Follows the transitions and rejections topics (read_committed) from the moment it
-    starts and hands each outcome to whoever waits for its proposal id."""
+    """Follows the transitions, rejections and heartbeats topics (read_committed) from
+    the moment it starts and hands each outcome to whoever waits for its proposal id."""
 
     def __init__(
         self,
@@ -65,7 +70,7 @@ class OutcomeWaiter:
         # Pin the start positions now, before anything is proposed: no outcome of a
         # later proposal can slip past.
         assignment = []
-        for topic in (topics.transitions, topics.rejections):
+        for topic in (topics.transitions, topics.rejections, topics.heartbeats):
             meta = self._consumer.list_topics(topic, timeout=30).topics[topic]
             if meta.error is not None:
                 raise KafkaException(meta.error)
@@ -88,6 +93,8 @@ class OutcomeWaiter:
                     outcome: Outcome
                     if msg.topic() == self._topics.transitions:
                         outcome = Transition.model_validate_json(value)
+                    elif msg.topic() == self._topics.heartbeats:
+                        outcome = Heartbeat.model_validate_json(value)
                     else:
                         outcome = Rejection.model_validate_json(value)
                     parsed.append(outcome)
@@ -283,7 +290,8 @@ class RunstateClient:
         )
 
     def heartbeat(self, run_id: str) -> str:
-        """A sign of life for a running run: pushes its heartbeat deadline back."""
+        """A sign of life for a running run: pushes its heartbeat deadline back. Not a
+        transition: the run's revision stays; its answer is a `Heartbeat`."""
         return self.propose(run_id, "heartbeat")
 
     def flush(self, timeout: float = 30.0) -> None:
@@ -309,7 +317,7 @@ class RunstateClient:
         waiter = self.waiter()  # started before producing, so the outcome cannot be missed
         proposal_id = self.propose(run_id, event, **kw)
         self.flush()
-        return waiter.wait(proposal_id, timeout)
+        return self._resolved(waiter.wait(proposal_id, timeout), timeout)
 
     def create_and_wait(
         self, run_id: str, machine: str, *, timeout: float = 30.0, **kw: Any
@@ -317,7 +325,44 @@ class RunstateClient:
         waiter = self.waiter()
         proposal_id = self.create(run_id, machine, **kw)
         self.flush()
-        return waiter.wait(proposal_id, timeout)
+        return self._resolved(waiter.wait(proposal_id, timeout), timeout)
+
+    def _resolved(self, outcome: Outcome, timeout: float) -> Outcome:
+        """A `duplicate` (the proposal id was committed before) as the transition it
+        names, so a retry gets the answer the first attempt got."""
+        if not (
+            isinstance(outcome, Rejection)
+            and outcome.code is RejectionCode.DUPLICATE
+            and outcome.original_transition_id is not None
+            and outcome.run_id is not None
+        ):
+            return outcome
+        original = self.transition(outcome.run_id, outcome.original_transition_id, timeout)
+        return outcome if original is None else original
+
+    def transition(
+        self, run_id: str, transition_id: str, timeout: float = 30.0
+    ) -> Transition | None:
+        """A committed transition of the run, by id: from a worker's API when given
+        worker URLs, else from the run's partition of the transitions topic."""
+        try:
+            return next(t for t in self.reader.history(run_id) if t.transition_id == transition_id)
+        except (ValueError, LookupError, StopIteration):
+            pass
+        meta = self._producer.list_topics(self.topics.transitions, timeout=timeout)
+        partitions = len(meta.topics[self.topics.transitions].partitions)
+        key = run_id.encode()
+        for record in read_partition(
+            self.settings,
+            self.topics.transitions,
+            partition_for(run_id, partitions),
+            timeout=timeout,
+        ):
+            if record.key == key and record.value is not None:
+                found = Transition.model_validate_json(record.value)
+                if found.transition_id == transition_id:
+                    return found
+        return None
 
     # -- reads -----------------------------------------------------------------
     def snapshot(self, run_id: str) -> RunSnapshot | None:

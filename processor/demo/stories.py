@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from schemas.codes import RejectionCode
-from schemas.messages import Rejection, Transition
+from schemas.messages import Heartbeat, Rejection, Transition
 
-Outcome = Transition | Rejection
+Outcome = Transition | Heartbeat | Rejection
 
 
 @dataclass(frozen=True)

@@ -1,17 +1,19 @@
 """The decision engine: machines as data and `decide`. Pure: no I/O, no clock."""
 
-from processor.engine.decide import Commit, Decision, decide, transition_id
+from processor.engine.decide import Beat, Commit, Decision, alive_at, decide, transition_id
 from processor.engine.lint import CREATE_EVENT, STEP_EVENTS, LintIssue, lint
 from processor.engine.machine import Machine, MachineInvalid, compile_machine
 
 __all__ = [
     "CREATE_EVENT",
     "STEP_EVENTS",
+    "Beat",
     "Commit",
     "Decision",
     "LintIssue",
     "Machine",
     "MachineInvalid",
+    "alive_at",
     "compile_machine",
     "decide",
     "lint",

@@ -7,10 +7,19 @@ invalid_transition, reason_required, guard_failed, retries_exhausted, duplicate_
 
 `duplicate` is checked as soon as the run is known rather than last: a client that
 resends a committed proposal must get the original answer, not a fresh verdict
-computed against a newer state (which would usually be `revision_conflict`).
+computed against a newer state (which would usually be `revision_conflict`). A run
+remembers every proposal it committed for its whole life: the snapshot keeps the latest
+few, and `seen` (the caller's store) answers for the rest.
+
+A heartbeat is liveness, not a transition: it passes the same checks up to
+invalid_transition (it is recorded only in step states) and comes out as a `Beat`, the
+run's snapshot with the heartbeat deadline pushed back and its revision, transition
+chain and dedupe memory untouched. A deadline the processor proposed (its metadata names
+the timer) is refused `revision_conflict` when a heartbeat has moved that deadline
+since, as it is when a transition has.
 """
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from pydantic import ValidationError
@@ -27,6 +36,7 @@ from schemas.messages import (
     CreatePayload,
     Deadlines,
     FactPayload,
+    Heartbeat,
     Principal,
     Proposal,
     Rejection,
@@ -47,7 +57,15 @@ class Commit(NamedTuple):
     encoded: tuple[bytes, bytes] | None = None
 
 
-Decision = Commit | Rejection
+class Beat(NamedTuple):
+    """A heartbeat taken: the run's snapshot with its liveness updated (same revision) and
+    the answer to publish."""
+
+    snapshot: RunSnapshot
+    heartbeat: Heartbeat
+
+
+Decision = Commit | Beat | Rejection
 
 
 def transition_id(run_id: str, revision: int) -> str:
@@ -61,14 +79,17 @@ def decide(
     proposal: Proposal,
     principal: Principal,
     now_ms: int,
+    seen: Callable[[str], int | None] | None = None,
 ) -> Decision:
     """Decide `proposal` against the run's current `snapshot` (None: the run does not exist).
 
     `machines` is the catalog runs refer to by name; `principal` comes from a verified
-    credential; `now_ms` is the proposal record's broker timestamp.
+    credential; `now_ms` is the proposal record's broker timestamp; `seen` gives the
+    revision that committed a proposal id of this run, beyond those the snapshot keeps
+    (None: only those).
     """
     if proposal.event == CREATE_EVENT:
-        return _decide_create(machines, snapshot, proposal, principal, now_ms)
+        return _decide_create(machines, snapshot, proposal, principal, now_ms, seen)
     if snapshot is None:
         return _reject(
             Code.UNKNOWN_RUN,
@@ -88,7 +109,7 @@ def decide(
             snapshot,
             now_ms,
         )
-    original = _original_revision(snapshot, proposal.proposal_id)
+    original = _original_revision(snapshot, proposal.proposal_id, seen)
     if original is not None:
         return _reject_duplicate(proposal, principal, snapshot, original, now_ms)
 
@@ -141,6 +162,9 @@ def decide(
             snapshot,
             now_ms,
         )
+    moved = _moved_deadline(snapshot, proposal, now_ms)
+    if moved is not None:
+        return _reject(Code.REVISION_CONFLICT, moved, proposal, principal, snapshot, now_ms)
     if snapshot.state in machine.terminal:
         return _reject(
             Code.TERMINAL_STATE,
@@ -164,7 +188,7 @@ def decide(
             now_ms,
         )
 
-    if rule.is_heartbeat:  # a sign of life: a self-loop commit that re-arms the deadline
+    if rule.is_heartbeat:  # a sign of life, not a transition
         if snapshot.state not in machine.step_states:
             return _reject(
                 Code.INVALID_TRANSITION,
@@ -175,7 +199,7 @@ def decide(
                 snapshot,
                 now_ms,
             )
-        return _commit(machine, snapshot, proposal, principal, now_ms, snapshot.state)
+        return _beat(machine, snapshot, proposal, principal, now_ms)
 
     if rule.is_step:
         if snapshot.state not in machine.step_states:
@@ -260,6 +284,7 @@ def _decide_create(
     proposal: Proposal,
     principal: Principal,
     now_ms: int,
+    seen: Callable[[str], int | None] | None,
 ) -> Decision:
     try:
         create = CreatePayload.model_validate(proposal.payload)
@@ -283,7 +308,7 @@ def _decide_create(
             now_ms,
         )
     if snapshot is not None:
-        original = _original_revision(snapshot, proposal.proposal_id)
+        original = _original_revision(snapshot, proposal.proposal_id, seen)
         if original is not None:
             return _reject_duplicate(proposal, principal, snapshot, original, now_ms)
         return _reject(
@@ -323,6 +348,7 @@ def _decide_create(
         "facts": [],
         "steps": {},
         "recent_proposals": {proposal.proposal_id: 0},
+        "heartbeat_at_ms": None,
         "stop_reason": None,
         "last_reason": proposal.reason,
         "timers": [],
@@ -356,6 +382,7 @@ def _commit(
     values["state"] = target
     values["revision"] = revision
     values["recent_proposals"] = recent
+    values["heartbeat_at_ms"] = None  # the commit itself is the latest sign of life
     values["stop_reason"] = stop_reason
     values["last_reason"] = proposal.reason
     values["updated_at_ms"] = now_ms
@@ -367,7 +394,43 @@ def _commit(
         values["steps"] = steps
     if target != snapshot.state:
         values["entered_state_at_ms"] = now_ms
-    return _seal(machine, values, snapshot.state, proposal, principal, now_ms)
+    return _seal(
+        machine, values, snapshot.state, proposal, principal, now_ms, snapshot.heartbeat_at_ms
+    )
+
+
+def _beat(
+    machine: Machine, snapshot: RunSnapshot, proposal: Proposal, principal: Principal, now_ms: int
+) -> Beat:
+    """The heartbeat's snapshot: the same run, alive at `now_ms`."""
+    alive = alive_at(machine, snapshot, max(now_ms, snapshot.heartbeat_at_ms or now_ms))
+    deadline = next(
+        (t.due_at_ms for t in alive.timers if t.kind == "deadline" and t.name == "heartbeat"),
+        None,
+    )
+    heartbeat = Heartbeat.trusted(
+        dict(
+            schema_version=1,
+            run_id=snapshot.run_id,
+            proposal_id=proposal.proposal_id,
+            machine=snapshot.machine,
+            state=snapshot.state,
+            revision=snapshot.revision,
+            principal=principal,
+            at_ms=now_ms,
+            deadline_ms=deadline,
+        )
+    )
+    return Beat(alive, heartbeat)
+
+
+def alive_at(machine: Machine, snapshot: RunSnapshot, heartbeat_at_ms: int | None) -> RunSnapshot:
+    """The run with its latest heartbeat at `heartbeat_at_ms` and its timers armed again
+    from it: only the heartbeat deadline moves, the others keep their due times."""
+    values = dict(snapshot.__dict__)
+    values["heartbeat_at_ms"] = heartbeat_at_ms
+    values["timers"] = _armed(machine, values)
+    return RunSnapshot.trusted(values)
 
 
 def _seal(
@@ -377,9 +440,11 @@ def _seal(
     proposal: Proposal,
     principal: Principal,
     now_ms: int,
+    heartbeat_at_ms: int | None = None,
 ) -> Commit:
     """The transition for the run's next `values`, chained to the previous one by hash,
-    and the snapshot with its hash and newly armed timers."""
+    and the snapshot with its hash and newly armed timers. `heartbeat_at_ms` is the
+    liveness the decision saw (the transition records it: the time checks used it)."""
     transition: dict[str, Any] = {
         "schema_version": 1,
         "transition_id": f"{values['run_id']}:{values['revision']}",
@@ -397,20 +462,26 @@ def _seal(
         "retry_count": values["retry_count"],
         "at_ms": now_ms,
         "prev_hash": values["last_hash"],
+        "heartbeat_at_ms": heartbeat_at_ms,
     }
     transition["hash"] = values["last_hash"] = transition_hash(transition)
-    values["timers"] = arm_timers(
+    values["timers"] = _armed(machine, values)
+    return Commit(RunSnapshot.trusted(values), Transition.trusted(transition))
+
+
+def _armed(machine: Machine, values: dict[str, Any]) -> list[Timer]:
+    return arm_timers(
         machine,
         run_id=values["run_id"],
         state=values["state"],
         revision=values["revision"],
         entered_state_at_ms=values["entered_state_at_ms"],
         updated_at_ms=values["updated_at_ms"],
+        heartbeat_at_ms=values["heartbeat_at_ms"],
         retry_count=values["retry_count"],
         max_retries=values["max_retries"],
         deadlines=values["deadlines"],
     )
-    return Commit(RunSnapshot.trusted(values), Transition.trusted(transition))
 
 
 def _failed_guard(edge: Edge, snapshot: RunSnapshot) -> str | None:
@@ -451,8 +522,29 @@ def _overdue_deadline(machine: Machine, snapshot: RunSnapshot, now_ms: int) -> T
     return found
 
 
-def _original_revision(snapshot: RunSnapshot, proposal_id: str) -> int | None:
-    return snapshot.recent_proposals.get(proposal_id)
+def _moved_deadline(snapshot: RunSnapshot, proposal: Proposal, now_ms: int) -> str | None:
+    """Why a deadline the processor proposed no longer holds, if it does not: the timer
+    it names has been moved past the proposal's time (a heartbeat came in after the
+    timer was armed; a transition would already have failed its expected revision)."""
+    name = proposal.metadata.get("timer")
+    if name not in EXPIRING:
+        return None
+    armed = next((t for t in snapshot.timers if t.kind == "deadline" and t.name == name), None)
+    if armed is None or armed.due_at_ms <= now_ms:
+        return None
+    return (
+        f"the run's {name} deadline moved to {armed.due_at_ms} (a heartbeat came in after "
+        f"it was armed); this deadline proposal ({now_ms}) is stale"
+    )
+
+
+def _original_revision(
+    snapshot: RunSnapshot, proposal_id: str, seen: Callable[[str], int | None] | None
+) -> int | None:
+    original = snapshot.recent_proposals.get(proposal_id)
+    if original is None and seen is not None:
+        original = seen(proposal_id)
+    return original
 
 
 def _reject_duplicate(

@@ -34,6 +34,7 @@ def arm_timers(
     revision: int,
     entered_state_at_ms: int,
     updated_at_ms: int,
+    heartbeat_at_ms: int | None,
     retry_count: int,
     max_retries: int,
     deadlines: Deadlines,
@@ -48,7 +49,9 @@ def arm_timers(
         if timeout.kind == "approval":
             after, since = deadlines.approval_timeout_ms or timeout.after_ms, entered_state_at_ms
         else:
-            after, since = deadlines.heartbeat_timeout_ms or timeout.after_ms, updated_at_ms
+            # From the run's latest sign of life: its latest transition or heartbeat.
+            since = max(updated_at_ms, heartbeat_at_ms or updated_at_ms)
+            after = deadlines.heartbeat_timeout_ms or timeout.after_ms
         if after is not None:
             timers.append(
                 Timer(

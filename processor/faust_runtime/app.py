@@ -22,6 +22,7 @@ once: each is marked fired in the table and its changelog once its record is del
 import logging
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -30,11 +31,16 @@ from faust.types import TP
 
 from processor.cluster import client_id
 from processor.config import WorkerConfig
-from processor.engine import Commit
+from processor.engine import Beat, Commit
 from processor.faust_runtime.kafka import faust_kafka_settings
 from processor.faust_runtime.observe import StateIndex, faust_metrics
 from processor.faust_runtime.positions import Positions, Verdict
-from processor.faust_runtime.table import NEXT_OFFSET_KEY, SOURCE_OFFSET_HEADER, RunsTable
+from processor.faust_runtime.table import (
+    NEXT_OFFSET_KEY,
+    SOURCE_OFFSET_HEADER,
+    RunsTable,
+    proposal_key,
+)
 from processor.faust_runtime.timers import DueIndex, TableTimers
 from processor.faust_runtime.transport import Consumer, Transport, Unreadable
 from processor.faust_runtime.web import FaustNode, Web, serve_api
@@ -52,6 +58,7 @@ log = logging.getLogger("runstate.faust")
 class FaustStats:
     proposals: int = 0
     transitions: int = 0
+    heartbeats: int = 0
     rejections: int = 0
     dead_letters: int = 0
     skipped: int = 0  # decided before a crash, outcome already delivered
@@ -116,9 +123,11 @@ def build_app(
     dlq = app.topic(topics.dlq)
     changelog = app.topic(topics.changelog, partitions=partitions)
     alerts = app.topic(topics.alerts)
+    heartbeats = app.topic(topics.heartbeats)
     outputs = {
         topics.proposals: proposals,  # deadlines that fell due
         topics.alerts: alerts,
+        topics.heartbeats: heartbeats,
         topics.transitions: transitions,
         topics.rejections: rejections,
         topics.dlq: dlq,
@@ -305,6 +314,7 @@ def build_app(
                         keyring=config.keyring,
                         machines=config.machines,
                         lookup=looked_up,
+                        seen=partial(committed_by, message.partition),
                         max_bytes=config.max_proposal_bytes,
                         max_state_bytes=config.max_state_bytes,
                     )
@@ -329,7 +339,7 @@ def build_app(
             # recovery replayed older ones over the newer store.
             run_id = (
                 outcome.snapshot.run_id
-                if isinstance(outcome, Commit)
+                if isinstance(outcome, Commit | Beat)
                 else getattr(outcome, "run_id", None)
             )
             previous = looked_up(run_id) if run_id else None
@@ -344,15 +354,30 @@ def build_app(
                     key=record.key, value=record.value, partition=partition, headers=headers
                 )
                 await sent
+            if isinstance(outcome, Commit):  # dedupe for the run's life
+                t = outcome.transition
+                remembered = proposal_key(t.run_id, t.proposal_id)
+                revision = str(t.revision).encode()
+                sent = await changelog.send(
+                    key=remembered,
+                    value=revision,
+                    partition=partition,
+                    headers=[(SOURCE_OFFSET_HEADER, str(message.offset).encode())],
+                )
+                await sent
+                runs.data[remembered] = revision
             # The mark before the snapshot: a crash between them leaves the snapshot to
             # recovery, which replays every changelog record since the last one.
             delivered(message, last)
             if snapshot is not None:
                 runs.data[snapshot.key] = snapshot.value
-                if isinstance(outcome, Commit):
+                if isinstance(outcome, Commit | Beat):
                     due_index.note(partition, outcome.snapshot)
                     run_states.note(partition, previous, outcome.snapshot)
+            if isinstance(outcome, Commit):
                 stats.transitions += 1
+            elif isinstance(outcome, Beat):
+                stats.heartbeats += 1
             elif isinstance(outcome, DeadLetterReason):
                 stats.dead_letters += 1
             else:
@@ -364,6 +389,10 @@ def build_app(
             metrics.committed(observed, time.perf_counter() - sending, 1)
             if OUTCOMES_LOG.isEnabledFor(logging.WARNING):
                 log_outcomes([outcome])  # acknowledged: at seed 003's levels
+
+    def committed_by(partition: int, run_id: str, proposal_id: str) -> int | None:
+        raw = runs.partition_get(partition, proposal_key(run_id, proposal_id))
+        return None if raw is None else int(raw)
 
     def owned() -> list[int]:
         return sorted(

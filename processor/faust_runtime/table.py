@@ -20,6 +20,13 @@ SOURCE_OFFSET_HEADER = "runstate-source-offset"
 # latest proposal answered, so a restart in place knows it even when recovery replays
 # nothing.
 NEXT_OFFSET_KEY = b"\x00next-offset\x00"
+# Every proposal id a run committed, for the run's life (dedupe): in the table and its
+# changelog, this prefix + run id + NUL + proposal id -> the revision that committed it.
+_PROPOSAL_PREFIX = b"\x00proposal\x00"
+
+
+def proposal_key(run_id: str, proposal_id: str) -> bytes:
+    return _PROPOSAL_PREFIX + run_id.encode() + b"\x00" + proposal_id.encode()
 
 
 def source_offset_of(headers: Any) -> int | None:

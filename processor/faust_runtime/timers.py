@@ -107,7 +107,9 @@ class DueIndex:
         index = self._partitions[partition] = _Partition()
         for run_id, run_timers in timers.items():
             fired = marks.get(run_id, NOT_FIRED)
-            index.put(run_id, (due for due, rev, name in run_timers if not fired.covers(rev, name)))
+            index.put(
+                run_id, (due for due, rev, name in run_timers if not fired.covers(rev, name, due))
+            )
         return runs
 
     def note(self, partition: int, snapshot: RunSnapshot) -> None:
@@ -164,8 +166,8 @@ class TableTimers:
         raw = self.view.partition_get(self.partition, fired_key(run_id))
         return NOT_FIRED if raw is None else Fired.decode(raw)
 
-    def stage_fired(self, run_id: str, revision: int, name: str) -> Fired:
-        marks = self.fired(run_id).with_name(revision, name)
+    def stage_fired(self, run_id: str, revision: int, name: str, due_ms: int) -> Fired:
+        marks = self.fired(run_id).with_name(revision, name, due_ms)
         self.staged[run_id] = marks
         return marks
 

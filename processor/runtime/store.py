@@ -1,6 +1,7 @@
 """One RocksDB database (rocksdict) per assigned partition: the runs' snapshots, their
-transition history, an index of their timers by due time, which timers already fired,
-and the topic offsets the database reflects.
+transition history, every proposal id each run committed (dedupe for the run's life),
+an index of their timers by due time, which timers already fired, and the topic
+offsets the database reflects.
 
 Writes are staged in memory while a Kafka transaction is open and reach RocksDB in a
 single WriteBatch only after that transaction committed, together with the changelog
@@ -27,8 +28,8 @@ from typing import Any
 
 from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch
 
-from processor.engine import Commit
-from processor.outputs import TimerMarks, Where, parse_index
+from processor.engine import Beat, Commit
+from processor.outputs import TimerMarks, Where, parse_index, parse_revision_header
 from processor.punctuator import FIRED_CHANGELOG_PREFIX, NOT_FIRED, Fired
 from schemas.messages import Rejection, RunSnapshot, Transition
 
@@ -41,10 +42,12 @@ _FIRED = b"f/"  # f/ + run id -> JSON {"revision": r, "names": [...]}
 _BY_STATE = b"i/"  # i/ + machine \0 state \0 + entered (8 bytes) + run id -> b""
 _BY_STATE_OF = b"x/"  # x/ + run id -> its key in the by-state index
 _REFUSALS = b"j/"  # j/ + run id (length-prefixed) + at (8 bytes) + proposal id -> Rejection
+_PROPOSAL = b"p/"  # p/ + run id (length-prefixed) + proposal id -> revision that committed it
 _META = b"m/"  # m/ + name -> value (the layout's format version)
 _FORMAT_KEY = _META + b"format"
 #: The layout of keys and values described above. Raise it with any change to them.
-STORE_FORMAT = 1
+#: 2: the proposal ids of every run (`p/`); fired marks name their timers' due times.
+STORE_FORMAT = 2
 log = logging.getLogger("runstate.store")
 # A decoded RunSnapshot takes about 7 KB (measured; its JSON about 0.8 KB): at 10,000 per
 # partition the cache alone grew a worker by 200 MB (benchmarks, issue 8).
@@ -79,10 +82,15 @@ def _index_fields(value: bytes, index: bytes | None = None) -> tuple[Where, Time
     return (data["machine"], data["state"], data["entered_state_at_ms"]), timers
 
 
-def _revision_of(value: bytes, header: bytes | None = None) -> int:
-    """A transition record's revision: from its header, or from the record itself."""
-    revision = json.loads(value)["revision"] if header is None else header
-    return int(revision)
+def _committed_by(value: bytes, header: bytes | None = None) -> tuple[int, str]:
+    """(revision, proposal id) of a transition record: from its header, or from the
+    record itself (a header written before it carried the proposal id)."""
+    if header is not None:
+        revision, proposal_id = parse_revision_header(header)
+        if proposal_id is not None:
+            return revision, proposal_id
+    data = json.loads(value)
+    return int(data["revision"]), str(data["proposal_id"])
 
 
 def _run_key(run_id: str) -> bytes:
@@ -97,6 +105,11 @@ def _history_prefix(run_id: str) -> bytes:
 
 def _history_key(run_id: str, revision: int) -> bytes:
     return _history_prefix(run_id) + struct.pack(">Q", revision)
+
+
+def _proposal_key(run_id: str, proposal_id: str) -> bytes:
+    raw = run_id.encode()
+    return _PROPOSAL + struct.pack(">I", len(raw)) + raw + proposal_id.encode()
 
 
 def _state_prefix(machine: str, state: str) -> bytes:
@@ -208,6 +221,11 @@ class PartitionStore:
     def history(self, run_id: str) -> list[Transition]:
         return [Transition.model_validate_json(v) for v in self._scan(_history_prefix(run_id))]
 
+    def seen(self, run_id: str, proposal_id: str) -> int | None:
+        """The revision that committed `proposal_id` in the run, for the run's life."""
+        raw = self._db.get(_proposal_key(run_id, proposal_id))
+        return None if raw is None else int(raw)
+
     def offset(self, topic: str) -> int | None:
         """The next offset of `topic` (this partition) not yet reflected here."""
         raw = self._db.get(_OFFSET + topic.encode())
@@ -285,6 +303,8 @@ class PartitionStore:
             )
         for transition, encoded in changes.history:
             batch.put(_history_key(transition.run_id, transition.revision), encoded)
+            key = _proposal_key(transition.run_id, transition.proposal_id)
+            batch.put(key, str(transition.revision).encode())
         for rejection, encoded in changes.refusals:
             key = _refusals_prefix(rejection.run_id or "") + struct.pack(">Q", rejection.at_ms)
             batch.put(key + (rejection.proposal_id or "").encode(), encoded)
@@ -351,12 +371,13 @@ class PartitionStore:
         for key, value, *header in transitions:
             try:
                 run_id = key.decode()
-                revision = _revision_of(value, *header[:1])
+                revision, proposal_id = _committed_by(value, *header[:1])
             except (ValueError, KeyError, TypeError) as exc:
                 self.unreadable += 1
                 log.error("store %s: transition record %r skipped: %r", self.path, key[:80], exc)
                 continue
             batch.put(_history_key(run_id, revision), value)
+            batch.put(_proposal_key(run_id, proposal_id), str(revision).encode())
         changed = sorted(set(latest) | set(marks))
         # One multi-get for what the index had and which timers fired, not two gets a run.
         olds = self._get_many([_TIMER_OF + r.encode() for r in changed])
@@ -421,7 +442,9 @@ class PartitionStore:
         if old is not None and old != _NO_DUES:
             for due in json.loads(old):
                 batch.delete(_timer_key(due, run_id))
-        dues = sorted({due for due, revision, name in timers if not fired.covers(revision, name)})
+        dues = sorted(
+            {due for due, revision, name in timers if not fired.covers(revision, name, due)}
+        )
         for due in dues:
             batch.put(_timer_key(due, run_id), b"")
         batch.put(_TIMER_OF + run_id.encode(), json.dumps(dues).encode() if dues else _NO_DUES)
@@ -456,6 +479,7 @@ class PartitionTransaction:
         self.history: list[tuple[Transition, bytes]] = []
         self.fired_marks: dict[str, Fired] = {}
         self.refusals: list[tuple[Rejection, bytes]] = []
+        self.committed: dict[tuple[str, str], int] = {}  # (run, proposal id) -> revision
 
     @property
     def empty(self) -> bool:
@@ -469,6 +493,10 @@ class PartitionTransaction:
     def fired(self, run_id: str) -> Fired:
         staged = self.fired_marks.get(run_id)
         return staged if staged is not None else self.store.fired(run_id)
+
+    def seen(self, run_id: str, proposal_id: str) -> int | None:
+        staged = self.committed.get((run_id, proposal_id))
+        return staged if staged is not None else self.store.seen(run_id, proposal_id)
 
     def stage(
         self,
@@ -492,13 +520,20 @@ class PartitionTransaction:
                 or commit.transition.model_dump_json().encode(),
             )
         )
+        self.committed[(run_id, commit.transition.proposal_id)] = commit.transition.revision
+
+    def stage_beat(self, beat: Beat, snapshot_json: bytes) -> None:
+        """A heartbeat: the run's snapshot alive, its heartbeat deadline moved."""
+        run_id = beat.snapshot.run_id
+        self.snapshots[run_id] = beat.snapshot
+        self.snapshot_json[run_id] = snapshot_json
 
     def stage_refusal(self, rejection: Rejection, encoded: bytes) -> None:
         """A refused proposal of an existing run (the inspector's timeline)."""
         self.refusals.append((rejection, encoded))
 
-    def stage_fired(self, run_id: str, revision: int, name: str) -> Fired:
-        marks = self.fired(run_id).with_name(revision, name)
+    def stage_fired(self, run_id: str, revision: int, name: str, due_ms: int) -> Fired:
+        marks = self.fired(run_id).with_name(revision, name, due_ms)
         self.fired_marks[run_id] = marks
         return marks
 

@@ -19,7 +19,6 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,7 +33,7 @@ from confluent_kafka import (
 
 from processor.cluster import client_id
 from processor.config import WorkerConfig
-from processor.engine import Commit
+from processor.engine import Beat, Commit
 from processor.errors import ClientBroken, WorkerError
 from processor.intake import Headers
 from processor.metrics import WorkerMetrics
@@ -53,9 +52,9 @@ from processor.runtime.preflight import check_topics
 from processor.runtime.producer import TransactionalProducer
 from processor.runtime.restore import RestoreJob
 from processor.runtime.statedir import StateDir, StateDirBusy
-from processor.runtime.store import PartitionStore
+from processor.runtime.store import PartitionStore, PartitionTransaction
 from processor.runtime.stores import StoreRegistry
-from schemas.messages import Rejection, RunSnapshot
+from schemas.messages import Rejection
 
 log = logging.getLogger("runstate.worker")
 
@@ -68,6 +67,7 @@ SMALL = RecordLimits(default=8 * 1024)
 class WorkerStats:
     proposals: int = 0
     transitions: int = 0
+    heartbeats: int = 0
     rejections: int = 0
     dead_letters: int = 0
     checkpoints: int = 0
@@ -300,7 +300,7 @@ class Worker:
         _, timestamp = msg.timestamp()
         source = Source(msg.topic() or "", partition, offset, msg.key(), msg.value(), timestamp)
         began = time.perf_counter()
-        outcome = self._decide(store.snapshot, source, msg.headers())
+        outcome = self._decide(store, source, msg.headers())
         self.metrics.decision.observe(time.perf_counter() - began)
         # A poisoned record's DLQ record stays small: it must fit whatever the broker takes.
         limits = self.limits if self.quarantine.poisoned(partition, offset) is None else SMALL
@@ -312,7 +312,7 @@ class Worker:
             records = [dead_letter_record(self.topics, source, outcome.reason, SMALL)]
         run_id = (
             outcome.snapshot.run_id
-            if isinstance(outcome, Commit)
+            if isinstance(outcome, Commit | Beat)
             else getattr(outcome, "run_id", None)
         )
         checkpoint.observed.stage(store.snapshot(run_id) if run_id else None, outcome)
@@ -326,6 +326,9 @@ class Worker:
         if isinstance(outcome, Commit):
             store.stage(outcome, records[0].value, records[1].value)
             self.stats.transitions += 1
+        elif isinstance(outcome, Beat):
+            store.stage_beat(outcome, records[1].value)
+            self.stats.heartbeats += 1
         elif isinstance(outcome, DeadLetterReason):
             self.stats.dead_letters += 1
         else:
@@ -334,7 +337,7 @@ class Worker:
         if isolated:
             self._commit()
 
-    def _decide(self, lookup: "Lookup", source: Source, headers: Headers) -> Outcome:
+    def _decide(self, store: PartitionTransaction, source: Source, headers: Headers) -> Outcome:
         poisoned = self.quarantine.poisoned(source.partition, source.offset)
         if poisoned is not None:
             return DeadLetterReason(
@@ -349,7 +352,8 @@ class Worker:
                 source.timestamp_ms,
                 keyring=self.config.keyring,
                 machines=self.config.machines,
-                lookup=lookup,
+                lookup=store.snapshot,
+                seen=store.seen,
                 max_bytes=self.config.max_proposal_bytes,
                 max_state_bytes=self.config.max_state_bytes,
             )
@@ -501,9 +505,6 @@ class Worker:
             self._lag.pop(p, None)
         if partitions:
             log.info("released partitions %s (now %s)", sorted(partitions), self.stores.owned())
-
-
-Lookup = Callable[[str], RunSnapshot | None]
 
 
 def assignment_strategy(static_membership: bool) -> str:

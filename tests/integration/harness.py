@@ -14,11 +14,11 @@ from confluent_kafka import Message
 
 from processor.client import RunstateClient
 from processor.config import KafkaSettings
-from processor.engine import Commit
+from processor.engine import Beat, Commit
 from processor.intake import signed_headers
 from processor.keyring import Keyring, dump_keyring, generate_keyring
 from processor.machines import builtin_machines
-from processor.pipeline import Outcome, decide_record
+from processor.pipeline import Outcome, RunsInMemory, decide_record
 from processor.punctuator import FIRED_CHANGELOG_PREFIX
 from processor.readback import read_topics
 from processor.runtime.process import WorkerProcess as ProductWorkerProcess
@@ -235,7 +235,7 @@ def decided_records(env: Env) -> Iterator[tuple[Message, Outcome]]:
     """Every record of the proposals topic with the outcome the pure pipeline gives it,
     deciding from offset 0 (runs live in one partition, so one pass in read order)."""
     machines = builtin_machines()
-    state: dict[str, RunSnapshot] = {}
+    runs = RunsInMemory()
     for msg in read_topics(KafkaSettings(env.bootstrap), [env.topics.proposals]):
         outcome = decide_record(
             msg.key(),
@@ -244,10 +244,10 @@ def decided_records(env: Env) -> Iterator[tuple[Message, Outcome]]:
             msg.timestamp()[1],
             keyring=env.keyring,
             machines=machines,
-            lookup=state.get,
+            lookup=runs.lookup,
+            seen=runs.seen,
         )
-        if isinstance(outcome, Commit):
-            state[outcome.snapshot.run_id] = outcome.snapshot
+        runs.apply(outcome)
         yield msg, outcome
 
 
@@ -257,8 +257,9 @@ def replay(env: Env) -> tuple[dict[str, RunSnapshot], dict[str, str]]:
     state: dict[str, RunSnapshot] = {}
     outcomes: dict[str, str] = {}
     for _, outcome in decided_records(env):
-        if isinstance(outcome, Commit):
+        if isinstance(outcome, Commit | Beat):
             state[outcome.snapshot.run_id] = outcome.snapshot
+        if isinstance(outcome, Commit):
             outcomes[outcome.transition.proposal_id] = "transition"
         elif isinstance(outcome, Rejection) and outcome.proposal_id is not None:
             outcomes.setdefault(outcome.proposal_id, outcome.code.value)

@@ -10,7 +10,7 @@ import pytest
 
 from processor.topics import TopicNames
 from schemas.codes import RejectionCode
-from schemas.messages import Alert, Rejection, Transition
+from schemas.messages import Alert, Heartbeat, Rejection, Transition
 from tests.integration.harness import Env, WorkerProcess, make_env, published
 
 QUICK_MACHINE = (Path(__file__).parents[2] / "processor/machines/task_lifecycle.yaml").read_text()
@@ -121,18 +121,24 @@ def test_heartbeats_keep_a_run_running_then_stale_runs_retry_with_backoff(
             max_retries=1,
             deadlines={"heartbeat_timeout_ms": 1500, "retry_backoff_ms": 400},
         )
-        client.propose_and_wait("h1", "start")
+        started = client.propose_and_wait("h1", "start")
+        assert isinstance(started, Transition)
+        beats = []
         for _ in range(8):  # 4 s of heartbeats every 0.5 s: the 1.5 s deadline never falls due
-            client.heartbeat("h1")
-            client.flush()
+            beats.append(client.wait(client.heartbeat("h1"), timeout=30))
             time.sleep(0.5)
+        # Liveness, not transitions: each answered on the heartbeats topic, the revision
+        # unchanged, the deadline pushed to 1.5 s after the beat.
+        assert all(isinstance(b, Heartbeat) for b in beats), beats
+        assert all(b.revision == started.revision for b in beats)  # type: ignore[union-attr]
+        assert all(b.deadline_ms == b.at_ms + 1500 for b in beats)  # type: ignore[union-attr]
         # then silence: stale -> retrying -> (backoff) retry -> running -> stale -> exhausted
         history = _wait_for(env, "h1", "failed", timeout=30)
-        beats = [t for t in history if t.event == "heartbeat"]
-        assert len(beats) == 8 and all(t.to_state == "running" for t in beats)
+        assert not [t for t in history if t.event == "heartbeat"]
         first_timer = next(t for t in history if "timer" in t.metadata)
-        assert first_timer.revision == beats[-1].revision + 1  # nothing fired while beating
-        assert first_timer.at_ms >= beats[-1].at_ms + 1500
+        assert first_timer.revision == started.revision + 1  # nothing fired while beating
+        assert first_timer.heartbeat_at_ms == beats[-1].at_ms  # type: ignore[union-attr]
+        assert first_timer.at_ms >= beats[-1].at_ms + 1500  # type: ignore[union-attr]
         timers = [
             (t.metadata["timer"], t.event, t.reason) for t in history if "timer" in t.metadata
         ]

@@ -3,7 +3,7 @@
 from collections.abc import Mapping
 from typing import Any
 
-from processor.engine import Commit, Decision, Machine, decide
+from processor.engine import Beat, Commit, Decision, Machine, decide
 from processor.machines import builtin_machines
 from schemas import Principal, Proposal, Rejection, RunSnapshot, Transition
 
@@ -25,6 +25,7 @@ class Driver:
         self.tick_ms = tick_ms  # broker time between two proposals
         self.snapshot: RunSnapshot | None = None
         self.history: list[Transition] = []
+        self.committed: dict[str, int] = {}  # every proposal id, for the run's life
         self.now = 1_700_000_000_000
         self._n = 0
 
@@ -37,6 +38,7 @@ class Driver:
         reason: str | None = None,
         expected_revision: int | None = None,
         proposal_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> Decision:
         self._n += 1
         proposal = Proposal(
@@ -46,17 +48,27 @@ class Driver:
             reason=reason,
             expected_revision=expected_revision,
             payload=payload or {},
+            metadata=metadata or {},
         )
-        decision = decide(self.machines, self.snapshot, proposal, principal, self.now)
+        decision = decide(
+            self.machines, self.snapshot, proposal, principal, self.now, self.committed.get
+        )
         self.now += self.tick_ms
-        if isinstance(decision, Commit):
+        if isinstance(decision, Commit | Beat):
             self.snapshot = decision.snapshot
+        if isinstance(decision, Commit):
             self.history.append(decision.transition)
+            self.committed[proposal.proposal_id] = decision.transition.revision
         return decision
 
     def commit(self, event: str, principal: Principal = RUNTIME, **kw: Any) -> Commit:
         decision = self.propose(event, principal, **kw)
         assert isinstance(decision, Commit), f"{event} refused: {decision}"
+        return decision
+
+    def beat(self, principal: Principal = RUNTIME, **kw: Any) -> Beat:
+        decision = self.propose("heartbeat", principal, **kw)
+        assert isinstance(decision, Beat), f"heartbeat not taken: {decision}"
         return decision
 
     def refuse(self, event: str, principal: Principal = RUNTIME, **kw: Any) -> Rejection:

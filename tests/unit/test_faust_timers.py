@@ -45,8 +45,8 @@ def test_rebuild_reads_snapshots_only_and_leaves_fired_timers_out() -> None:
     table.write(0, snapshot("b", 1, ("approval", 200), ("heartbeat", 50)))
     table.write(0, snapshot("c", 0))  # no timers
     # b's heartbeat fired at its revision; a's mark is of an older revision: moot
-    table.partition_put(0, fired_key("b"), Fired(1, frozenset({"heartbeat"})).encode())
-    table.partition_put(0, fired_key("a"), Fired(2, frozenset({"approval"})).encode())
+    table.partition_put(0, fired_key("b"), Fired(1, frozenset({"heartbeat@50"})).encode())
+    table.partition_put(0, fired_key("a"), Fired(2, frozenset({"approval@100"})).encode())
     table.partition_put(0, b"\x00next-offset\x00", b"17")  # the local offset mark
     index = DueIndex()
     assert not index.indexed(0)
@@ -97,7 +97,7 @@ def test_punctuator_over_the_table_marks_each_timer_once() -> None:
     assert mark.key == FIRED_CHANGELOG_PREFIX + b"r1"
     assert table.partition_get(2, fired_key("r1")) is None  # not before it is delivered
     state.persist("r1")
-    assert Fired.decode(table.data[2][fired_key("r1")]).covers(4, "approval")
+    assert Fired.decode(table.data[2][fired_key("r1")]).covers(4, "approval", 100)
     # read back after a restart: rebuilt from the table, nothing is due again
     again = DueIndex()
     again.rebuild(2, table.data[2].items())

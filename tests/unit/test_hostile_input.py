@@ -25,6 +25,7 @@ def test_each_hostile_kind_ends_as_its_outcome() -> None:
         keyring=keyring,
         machines=machines,
         lookup=lambda _: None,
+        seen=lambda _run, _proposal: None,
     )
     assert isinstance(run, Rejection)  # unsigned: proves nothing is decided before auth
     good = [RawRecord(b"r1", b'{"run_id": "r1", "event": "start"}', [])]
@@ -39,6 +40,7 @@ def test_each_hostile_kind_ends_as_its_outcome() -> None:
             keyring=keyring,
             machines=machines,
             lookup=lambda _: None,
+            seen=lambda _run, _proposal: None,
         )
         kinds[record.kind] += 1
         if record.expect is None:

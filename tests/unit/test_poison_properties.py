@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from processor.engine import Commit
+from processor.engine import Beat, Commit
 from processor.intake import HEADER_KEY_ID, HEADER_SIGNATURE, Headers, signed_headers
 from processor.keyring import generate_keyring
 from processor.machines import builtin_machines
@@ -34,14 +34,21 @@ from processor.outputs import (
     Source,
     outcome_records,
 )
-from processor.pipeline import DeadLetterReason, Outcome, decide_record
+from processor.pipeline import DeadLetterReason, Outcome, Seen, decide_record
 from processor.punctuator import FIRED_CHANGELOG_PREFIX, NOT_FIRED, Fired
 from processor.runtime.store import InState, PartitionStore, PartitionTransaction
 from processor.topics import TopicNames
 from schemas.audit import transition_hash
 from schemas.codes import RejectionCode
 from schemas.identifiers import MAX_RUN_ID_BYTES, is_name, is_proposal_id, is_run_id
-from schemas.messages import DeadLetter, Rejection, RunSnapshot, StepStatus, Transition
+from schemas.messages import (
+    DeadLetter,
+    Heartbeat,
+    Rejection,
+    RunSnapshot,
+    StepStatus,
+    Transition,
+)
 
 NOW = 1_800_000_000_000
 FAR_FUTURE = 2**62
@@ -349,6 +356,7 @@ def _decide(
     lookup: Callable[[str], RunSnapshot | None],
     max_bytes: int,
     max_state_bytes: int,
+    seen: Seen = lambda _run, _proposal: None,
 ) -> Outcome:
     return decide_record(
         key,
@@ -358,6 +366,7 @@ def _decide(
         keyring=KEYRING,
         machines=MACHINES,
         lookup=lookup,
+        seen=seen,
         max_bytes=max_bytes,
         max_state_bytes=max_state_bytes,
     )
@@ -420,9 +429,19 @@ def check_outcome(
     limits: RecordLimits,
     max_state_bytes: int,
 ) -> None:
-    kinds = [isinstance(outcome, kind) for kind in (Commit, Rejection, DeadLetterReason)]
+    kinds = [isinstance(outcome, kind) for kind in (Commit, Beat, Rejection, DeadLetterReason)]
     assert sum(kinds) == 1, f"not exactly one outcome: {outcome!r}"
     out = _records(outcome, source, limits)
+    if isinstance(outcome, Beat):
+        run_id = outcome.snapshot.run_id
+        assert run_id == sent_run_id and source.key == run_id.encode()
+        assert [(r.topic, r.key) for r in out] == [
+            (TOPICS.heartbeats, source.key),
+            (TOPICS.changelog, source.key),
+        ]
+        assert Heartbeat.model_validate_json(out[0].value) == outcome.heartbeat
+        assert RunSnapshot.model_validate_json(out[1].value) == outcome.snapshot
+        return
     if isinstance(outcome, Commit):
         run_id = outcome.snapshot.run_id
         assert is_run_id(run_id), f"committed an invalid run id {run_id!r}"
@@ -605,6 +624,7 @@ class Model:
         self.snapshots: dict[str, RunSnapshot] = {}
         self.history: dict[str, list[Transition]] = {}
         self.fired: dict[str, Fired] = {}
+        self.committed: dict[tuple[str, str], int] = {}  # (run, proposal id) -> revision
         self.changelog: list[tuple[bytes, bytes]] = []
         self.transitions: list[tuple[bytes, bytes]] = []
 
@@ -614,7 +634,9 @@ class Model:
     def dues(self, run_id: str) -> list[int]:
         marks = self.fired.get(run_id, NOT_FIRED)
         timers = self.snapshots[run_id].timers
-        return sorted({t.due_at_ms for t in timers if not marks.covers(t.revision, t.name)})
+        return sorted(
+            {t.due_at_ms for t in timers if not marks.covers(t.revision, t.name, t.due_at_ms)}
+        )
 
     def due_runs(self, now_ms: int) -> list[str]:
         due = [(d, r.encode(), r) for r in self.snapshots for d in self.dues(r) if d <= now_ms]
@@ -636,6 +658,9 @@ def check_store(store: PartitionStore, model: Model, now_ms: int, page: int) -> 
                 assert store.committed_snapshot(other) is None
                 assert store.history(other) == []
     assert sorted(s.run_id for s in store.runs()) == sorted(model.snapshots)
+    for (run_id, proposal_id), revision in model.committed.items():
+        assert store.seen(run_id, proposal_id) == revision, (run_id, proposal_id)
+        assert store.seen(run_id + "x", proposal_id) is None
     assert store.due_runs(FAR_FUTURE) == model.due_runs(FAR_FUTURE)
     assert store.due_runs(now_ms) == model.due_runs(now_ms)
     for state in TASK_STATES:
@@ -664,10 +689,17 @@ def _propose(
     key_id = SIGNER.get(obj["event"], "runtime")
     headers = signed_headers(value, key_id, KEYRING.keys[key_id].secret)
     key = run_id.encode("utf-8", "surrogatepass")
-    outcome = _decide(key, value, headers, at_ms, store.snapshot, 4_000, 20_000)
+    outcome = _decide(key, value, headers, at_ms, store.snapshot, 4_000, 20_000, store.seen)
     source = Source(SOURCE_TOPIC, 0, len(model.changelog), key, value, at_ms)
     out = _records(outcome, source, RecordLimits())
+    if isinstance(outcome, Beat):
+        assert outcome.snapshot.revision == model.snapshots[run_id].revision
+        store.stage_beat(outcome, out[1].value)
+        model.snapshots[run_id] = outcome.snapshot
+        model.changelog.append((out[1].key or b"", out[1].value))
+        hypothesis.event("a heartbeat")
     if isinstance(outcome, Commit):
+        model.committed[(run_id, outcome.transition.proposal_id)] = outcome.transition.revision
         assert is_run_id(outcome.snapshot.run_id) and key == outcome.snapshot.run_id.encode()
         transition, snapshot = _encoded(outcome)
         store.stage(outcome, transition, snapshot)
@@ -732,7 +764,7 @@ def _store_round_trip(
             assert outcome.code is RejectionCode.SCHEMA_INVALID
         else:
             assert isinstance(outcome, Commit), outcome
-    actions = ["propose"] * 8 + ["fire", "flush", "counts"]
+    actions = ["propose"] * 8 + ["fire", "flush", "counts", "resend"]
     for _ in range(data.draw(st.integers(0, 40), label="actions")):
         kind = data.draw(st.sampled_from(actions))
         run_id = data.draw(st.sampled_from(run_ids))
@@ -745,11 +777,21 @@ def _store_round_trip(
             txn.flush(model.offsets())
             txn = store.begin()
             store.state_counts()
+        elif kind == "resend":  # a committed proposal id again, however long ago
+            sent = sorted(p for (r, p) in model.committed if r == run_id)
+            proposal_id = data.draw(st.sampled_from(sent))
+            obj = {"run_id": run_id, "proposal_id": proposal_id, "event": "start"}
+            again = _propose(txn, model, run_id, obj, at_ms)
+            assert isinstance(again, Rejection) and again.code is RejectionCode.DUPLICATE
+            revision = model.committed[(run_id, proposal_id)]
+            assert again.original_transition_id == f"{run_id}:{revision}"
         elif kind == "fire":
             if snapshot.timers:
                 timer = data.draw(st.sampled_from(snapshot.timers))
-                marks = txn.stage_fired(run_id, timer.revision, timer.name)
-                expected = model.fired.get(run_id, NOT_FIRED).with_name(timer.revision, timer.name)
+                marks = txn.stage_fired(run_id, timer.revision, timer.name, timer.due_at_ms)
+                expected = model.fired.get(run_id, NOT_FIRED).with_name(
+                    timer.revision, timer.name, timer.due_at_ms
+                )
                 assert marks == expected
                 model.fired[run_id] = marks
                 model.changelog.append((FIRED_CHANGELOG_PREFIX + run_id.encode(), marks.encode()))

@@ -123,16 +123,19 @@ def test_duplicate() -> None:
     assert create_again.original_transition_id == "run-7:0"
 
 
-def test_duplicate_window_is_bounded() -> None:
+def test_a_duplicate_is_recognised_for_the_runs_life() -> None:
+    """The snapshot keeps the latest 64 proposal ids; the store (here the driver's dict)
+    the rest, so a resend long after is still the original's answer."""
     run = Driver()
     run.create("owned_run")
     run.commit("run_started")
-    for i in range(70):
+    for i in range(200):
         run.commit("tool_result", TOOL, payload={"fact": f"f{i}"}, proposal_id=f"fact-{i}")
     assert run.snapshot is not None and len(run.snapshot.recent_proposals) == 64
-    assert run.refuse("tool_result", TOOL, payload={"fact": "f69"}, proposal_id="fact-69").code is (
-        RejectionCode.DUPLICATE
-    )
+    for i in (0, 63, 150, 199):
+        again = run.refuse("tool_result", TOOL, payload={"fact": f"f{i}"}, proposal_id=f"fact-{i}")
+        assert again.code is RejectionCode.DUPLICATE
+        assert again.original_transition_id == f"run-7:{i + 2}"
 
 
 def test_unknown_event() -> None:
@@ -206,6 +209,7 @@ def test_state_too_large() -> None:
             keyring=keyring,
             machines=builtin_machines(),
             lookup=snapshots.get,
+            seen=lambda _run, _proposal: None,
             max_state_bytes=20_000,
         )
         assert not isinstance(outcome, DeadLetterReason)

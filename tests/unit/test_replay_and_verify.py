@@ -5,9 +5,9 @@ from processor.engine import Commit
 from processor.intake import signed_headers
 from processor.keyring import Keyring, generate_keyring
 from processor.machines import builtin_machines
-from processor.pipeline import decide_record
+from processor.pipeline import RunsInMemory, decide_record
 from processor.replay import apply_transitions
-from schemas import Proposal, RunSnapshot, Transition
+from schemas import Proposal, Transition
 from tests.unit.driver import APPROVER, Driver
 
 MACHINES = builtin_machines()
@@ -72,7 +72,7 @@ def _records() -> tuple[Keyring, list[Record], list[Record]]:
         raw = value.model_dump_json(exclude_none=True).encode()
         headers = signed_headers(raw, key, keyring.keys[key].secret)
         proposals.append(Record(0, offset, b"r", raw, headers, 1000 + offset))
-    state: dict[str, RunSnapshot] = {}
+    runs = RunsInMemory()
     transitions = []
     for rec in proposals:
         outcome = decide_record(
@@ -82,10 +82,11 @@ def _records() -> tuple[Keyring, list[Record], list[Record]]:
             rec.timestamp_ms,
             keyring=keyring,
             machines=MACHINES,
-            lookup=state.get,
+            lookup=runs.lookup,
+            seen=runs.seen,
         )
+        runs.apply(outcome)
         if isinstance(outcome, Commit):
-            state["r"] = outcome.snapshot
             raw = outcome.transition.model_dump_json().encode()
             # offsets leave gaps, as transaction markers do
             transitions.append(Record(0, len(transitions) * 2, b"r", raw, None, 0))

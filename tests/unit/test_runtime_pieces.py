@@ -76,7 +76,8 @@ def test_pipeline_outcomes() -> None:
             1_000,
             keyring=keyring,
             machines=machines,
-            lookup=lambda _: None,  # type: ignore[arg-type]
+            lookup=lambda _: None,
+            seen=lambda _run, _proposal: None,
         )
 
     assert isinstance(run(b"r1", value, signed_headers(value, "runtime", secret)), Commit)

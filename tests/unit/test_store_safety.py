@@ -30,11 +30,11 @@ def test_a_newer_layout_is_refused_and_an_older_one_rebuilt(
     _committed(store, "r1")
     store.close()
 
-    monkeypatch.setattr(store_module, "STORE_FORMAT", 0)
+    monkeypatch.setattr(store_module, "STORE_FORMAT", store_module.STORE_FORMAT - 1)
     with pytest.raises(StoreFormatError, match="newer than this worker"):
         PartitionStore(tmp_path / "p0")
 
-    monkeypatch.setattr(store_module, "STORE_FORMAT", 2)
+    monkeypatch.setattr(store_module, "STORE_FORMAT", store_module.STORE_FORMAT + 2)
     rebuilt = PartitionStore(tmp_path / "p0")  # an older layout: emptied, restore refills
     assert rebuilt.committed_snapshot("r1") is None and rebuilt.offset("changelog") is None
     rebuilt.close()

@@ -38,9 +38,11 @@ def test_run_options_override_deadlines() -> None:
         started.snapshot.updated_at_ms + 200,
         "transient_error",
     )
-    beat = run.commit("heartbeat")
-    assert beat.snapshot.state == "running" and beat.transition.from_state == "running"
-    assert _timers(run)["heartbeat"][1] == beat.snapshot.updated_at_ms + 200  # pushed back
+    beat = run.beat()
+    assert beat.snapshot.state == "running" and beat.snapshot.revision == started.snapshot.revision
+    assert beat.snapshot.heartbeat_at_ms is not None
+    assert _timers(run)["heartbeat"][1] == beat.snapshot.heartbeat_at_ms + 200  # pushed back
+    assert beat.heartbeat.deadline_ms == beat.snapshot.heartbeat_at_ms + 200
     paused = run.commit("pause_for_approval")
     assert _timers(run)["approval"][1] == paused.snapshot.entered_state_at_ms + 500
 
@@ -51,7 +53,7 @@ def test_heartbeat_only_while_running_and_by_the_runtime() -> None:
     assert run.refuse("heartbeat").code is RejectionCode.INVALID_TRANSITION
     run.commit("start")
     assert run.refuse("heartbeat", MODEL).code is RejectionCode.UNAUTHORIZED
-    run.commit("heartbeat")
+    run.beat()
 
 
 def test_retry_backoff_grows_then_gives_up() -> None:

@@ -1,0 +1,178 @@
+"""Heartbeats are liveness, not transitions; a run remembers its proposal ids for life."""
+
+import pytest
+
+from processor.audit import Record, verify_partition
+from processor.engine import Beat, Commit
+from processor.intake import signed_headers
+from processor.keyring import generate_keyring
+from processor.machines import builtin_machines
+from processor.pipeline import RunsInMemory, decide_record
+from processor.replay import apply_transitions
+from schemas import Proposal
+from schemas.codes import RejectionCode
+from tests.unit.driver import MODEL, TOOL, Driver
+
+pytestmark = pytest.mark.unit
+BEAT_MS = 1_000  # the runs' heartbeat timeout below
+MACHINES = builtin_machines()
+
+
+def _running(tick_ms: int = 100) -> Driver:
+    run = Driver(tick_ms=tick_ms)
+    run.create("task_lifecycle", max_retries=3, deadlines={"heartbeat_timeout_ms": BEAT_MS})
+    run.commit("start")
+    return run
+
+
+def test_a_heartbeat_leaves_revision_chain_and_dedupe_alone() -> None:
+    run = _running()
+    before = run.snapshot
+    assert before is not None
+    beat = run.beat()
+    after = beat.snapshot
+    assert (after.revision, after.last_hash, after.recent_proposals, after.state) == (
+        before.revision,
+        before.last_hash,
+        before.recent_proposals,
+        before.state,
+    )
+    assert after.heartbeat_at_ms == beat.heartbeat.at_ms
+    assert beat.heartbeat.revision == before.revision
+    assert beat.heartbeat.deadline_ms == beat.heartbeat.at_ms + BEAT_MS
+    assert len(run.history) == 2  # create, start: no transition for the heartbeat
+
+
+def test_a_hundred_heartbeats_then_a_resent_retry_is_its_original_transition() -> None:
+    run = _running()
+    run.commit("transient_error")
+    retried = run.commit("retry", proposal_id="retry-1")
+    assert retried.snapshot.retry_count == 1
+    for _ in range(100):
+        run.beat()
+    again = run.refuse("retry", proposal_id="retry-1")
+    assert again.code is RejectionCode.DUPLICATE
+    assert again.original_transition_id == retried.transition.transition_id
+    assert run.snapshot is not None and run.snapshot.retry_count == 1
+
+
+def test_a_compare_and_set_proposal_commits_between_heartbeats() -> None:
+    run = _running()
+    for n in range(30):
+        run.beat()
+        assert run.snapshot is not None
+        revision = run.snapshot.revision
+        if n % 10 == 9:
+            step = f"s{n}"
+            run.commit(
+                "step_started",
+                payload={"step": step, "idempotency_key": step},
+                expected_revision=revision,
+            )
+    assert run.snapshot is not None and run.snapshot.revision == 1 + 3
+
+
+def test_heartbeats_push_the_deadline_and_a_late_one_is_refused() -> None:
+    run = _running(tick_ms=600)  # each proposal 600 ms after the last; deadline 1 s
+    for _ in range(5):  # 3 s in all: alive only because each beat pushes the deadline
+        run.beat()
+    run.commit("step_started", payload={"step": "a", "idempotency_key": "a"})
+    run.now += 2 * BEAT_MS  # silence past the deadline
+    late = run.refuse("heartbeat")
+    assert late.code is RejectionCode.DEADLINE_PASSED
+    assert run.refuse("step_started", payload={"step": "b", "idempotency_key": "b"}).code is (
+        RejectionCode.DEADLINE_PASSED
+    )
+
+
+def _deadline_of(run: Driver, name: str) -> tuple[int, int]:
+    """(due time, revision) of the run's armed deadline `name`."""
+    assert run.snapshot is not None
+    timer = next(t for t in run.snapshot.timers if t.name == name)
+    return timer.due_at_ms, timer.revision
+
+
+def test_a_deadline_proposed_before_a_heartbeat_moved_it_is_stale() -> None:
+    run = _running(tick_ms=10)
+    due, revision = _deadline_of(run, "heartbeat")
+    run.now = due - 5
+    run.beat()  # just in time: the deadline moves
+    run.now += 10  # the punctuator's proposal (fired at the old due time) lands now
+    stale = run.refuse(
+        "transient_error",
+        reason="recovery_stale_running",
+        expected_revision=revision,
+        metadata={"timer": "heartbeat", "due_at_ms": due},
+    )
+    assert stale.code is RejectionCode.REVISION_CONFLICT and "moved" in stale.detail
+    due, revision = _deadline_of(run, "heartbeat")
+    run.now = due + 1
+    fired = run.commit(
+        "transient_error",
+        reason="recovery_stale_running",
+        expected_revision=revision,
+        metadata={"timer": "heartbeat", "due_at_ms": due},
+    )
+    assert fired.snapshot.state == "retrying"
+
+
+def test_heartbeats_are_for_step_authorities_in_step_states() -> None:
+    run = Driver()
+    run.create("task_lifecycle")
+    assert run.refuse("heartbeat").code is RejectionCode.INVALID_TRANSITION
+    run.commit("start")
+    assert run.refuse("heartbeat", MODEL).code is RejectionCode.UNAUTHORIZED
+    assert run.beat(TOOL).heartbeat.principal == TOOL  # the tool executor may beat too
+
+
+def test_a_history_with_heartbeats_replays_and_verifies() -> None:
+    """Transitions decided while heartbeats kept the run alive past its first deadline:
+    `apply_transitions` (replay, get --at) reproduces them from the transitions alone,
+    `verify` from the proposals (heartbeats included)."""
+    keyring = generate_keyring()
+    events = [
+        (
+            "create",
+            {
+                "machine": "task_lifecycle",
+                "options": {"deadlines": {"heartbeat_timeout_ms": BEAT_MS}},
+            },
+        ),
+        ("start", {}),
+    ]
+    events += [("heartbeat", {})] * 6
+    events += [("step_started", {"step": "a", "idempotency_key": "a"})]
+    events += [("heartbeat", {})] * 3 + [("complete", {})]
+    runs = RunsInMemory()
+    proposals, transitions = [], []
+    for offset, (event, payload) in enumerate(events):
+        raw = (
+            Proposal(proposal_id=f"p{offset}", run_id="r", event=event, payload=payload)
+            .model_dump_json(exclude_none=True)
+            .encode()
+        )
+        headers = signed_headers(raw, "runtime", keyring.keys["runtime"].secret)
+        at_ms = 1_700_000_000_000 + offset * 600
+        proposals.append(Record(0, offset, b"r", raw, headers, at_ms))
+        outcome = decide_record(
+            b"r",
+            raw,
+            headers,
+            at_ms,
+            keyring=keyring,
+            machines=MACHINES,
+            lookup=runs.lookup,
+            seen=runs.seen,
+        )
+        assert isinstance(outcome, Commit | Beat), outcome
+        runs.apply(outcome)
+        if isinstance(outcome, Commit):
+            transitions.append(outcome.transition)
+    assert [t.event for t in transitions] == ["create", "start", "step_started", "complete"]
+    assert transitions[2].heartbeat_at_ms is not None  # decided alive thanks to a beat
+    replayed = apply_transitions(MACHINES, [(t, None) for t in transitions])
+    assert replayed.problems == [] and replayed.applied == 4
+    records = [
+        Record(0, i, b"r", t.model_dump_json().encode(), None, 0) for i, t in enumerate(transitions)
+    ]
+    assert verify_partition(0, proposals, records, machines=MACHINES, keyring=keyring) == []
