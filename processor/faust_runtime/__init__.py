@@ -33,4 +33,8 @@ def run_faust_worker(
         redirect_stdouts=False,
         override_logging=False,
     )
+    # Faust's startup spinner writes terminal escapes with no newline to stdout (a file
+    # too, not only a terminal); the next log line then began with them and was no
+    # longer a JSON object. Without it, Faust logs "Ready" instead.
+    worker.spinner = None
     worker.execute_from_commandline()
