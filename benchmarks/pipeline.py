@@ -213,6 +213,7 @@ def refused_share(keyring: Keyring, records: list[RawRecord]) -> float:
             machines=machines,
             lookup=snapshots.get,
             seen=lambda _run, _proposal: None,
+            placement=None,
         )
         if isinstance(outcome, Commit):
             snapshots[outcome.snapshot.run_id] = outcome.snapshot

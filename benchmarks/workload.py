@@ -62,6 +62,7 @@ class _Life:
             machines={self.machine.name: self.machine},
             lookup=lambda _id: self.snapshot,
             seen=lambda _run, _proposal: None,
+            placement=None,
         )
         self.records.append(record)
         if isinstance(outcome, Commit):

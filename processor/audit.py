@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from processor.engine import Commit, Machine
 from processor.intake import DEFAULT_MAX_PROPOSAL_BYTES, Headers
 from processor.keyring import Keyring
-from processor.pipeline import DEFAULT_MAX_STATE_BYTES, RunsInMemory, decide_record
+from processor.pipeline import DEFAULT_MAX_STATE_BYTES, Placement, RunsInMemory, decide_record
 from schemas.audit import transition_hash
 from schemas.messages import Transition
 
@@ -58,6 +58,7 @@ def verify_partition(
     *,
     machines: Mapping[str, Machine],
     keyring: Keyring,
+    partitions: int | None = None,
     max_bytes: int = DEFAULT_MAX_PROPOSAL_BYTES,
     max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
 ) -> list[Finding]:
@@ -74,6 +75,7 @@ def verify_partition(
             machines=machines,
             lookup=runs.lookup,
             seen=runs.seen,
+            placement=None if partitions is None else Placement(partition, partitions),
             max_bytes=max_bytes,
             max_state_bytes=max_state_bytes,
         )

@@ -54,6 +54,13 @@ Where = tuple[str, str, int]
 TimerMarks = list[tuple[int, int, str]]
 
 
+def is_run_key(key: bytes | None) -> bool:
+    """Whether a changelog key is a run's (its snapshot). The other records there (fired
+    marks, the Faust runtime's proposal ids) have keys that start with NUL, which no run
+    id does (identifiers hold no control characters)."""
+    return key is not None and key[:1] not in (b"", b"\x00")
+
+
 def snapshot_index(snapshot: RunSnapshot) -> bytes:
     """The INDEX_HEADER value of a snapshot's changelog record (compact JSON)."""
     timers = [[t.due_at_ms, t.revision, t.name] for t in snapshot.timers]

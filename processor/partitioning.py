@@ -6,6 +6,8 @@ client's default for keyed records; producers in other languages must do the sam
 The worker uses this function to find the partition (and so the store) of a run.
 """
 
+from functools import lru_cache
+
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
 
@@ -36,5 +38,14 @@ def murmur2(data: bytes) -> int:
     return h
 
 
+@lru_cache(maxsize=1 << 16)  # every proposal is checked; runs repeat
 def partition_for(run_id: str, partitions: int) -> int:
     return (murmur2(run_id.encode()) & 0x7FFFFFFF) % partitions
+
+
+#: What a producer must set when it does not use this partitioner already.
+PARTITIONER_ADVICE = (
+    "producers must choose partitions as Kafka's Java client does, murmur2 of the key "
+    "(librdkafka clients, the default in Go, .NET, JavaScript, C: set "
+    "partitioner=murmur2_random)"
+)

@@ -17,6 +17,7 @@ from processor.intake import (
     reject_unauthenticated,
 )
 from processor.keyring import Keyring
+from processor.partitioning import PARTITIONER_ADVICE, partition_for
 from schemas.codes import RejectionCode
 from schemas.messages import Proposal, Rejection, RunSnapshot
 
@@ -40,6 +41,14 @@ Outcome = Commit | Beat | Rejection | DeadLetterReason
 Seen = Callable[[str, str], int | None]
 
 
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a record was read: its partition of the proposals topic, of how many."""
+
+    partition: int
+    partitions: int
+
+
 def decide_record(
     key: bytes | None,
     value: bytes | None,
@@ -50,6 +59,7 @@ def decide_record(
     machines: Mapping[str, Machine],
     lookup: Callable[[str], RunSnapshot | None],
     seen: Seen,
+    placement: Placement | None,
     max_bytes: int = DEFAULT_MAX_PROPOSAL_BYTES,
     max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
 ) -> Outcome:
@@ -57,7 +67,9 @@ def decide_record(
 
     `timestamp_ms` is the record's broker timestamp; `lookup` gives a run's current
     snapshot (None when it does not exist), `seen` the revision that committed a
-    proposal id of a run, for the run's whole life (None: never). A commit comes back
+    proposal id of a run, for the run's whole life (None: never); `placement` where the
+    record was read (None where that is not known, e.g. a single record decided alone).
+    A commit comes back
     with its records encoded (`Commit.encoded`), or refused `state_too_large` when
     either would be over `max_state_bytes`.
     """
@@ -80,6 +92,21 @@ def decide_record(
             event=proposal.event,
             at_ms=timestamp_ms,
         )
+    # A run's state lives in the partition murmur2 of its key picks: a record elsewhere
+    # (another partitioner; the topic grown since) would start a second copy of the run.
+    if placement is not None:
+        home = partition_for(proposal.run_id, placement.partitions)
+        if home != placement.partition:
+            return Rejection(
+                code=RejectionCode.WRONG_PARTITION,
+                detail=f"record is in partition {placement.partition} of "
+                f"{placement.partitions}, but run '{proposal.run_id}' lives in partition "
+                f"{home}; {PARTITIONER_ADVICE}",
+                run_id=proposal.run_id,
+                proposal_id=proposal.proposal_id,
+                event=proposal.event,
+                at_ms=timestamp_ms,
+            )
     principal = authenticate(value or b"", headers, keyring)
     if isinstance(principal, str):
         return reject_unauthenticated(proposal, principal, timestamp_ms)

@@ -7,6 +7,7 @@ class RejectionCode(StrEnum):
     """Why a proposal was refused. Values are the wire names; order is check order."""
 
     SCHEMA_INVALID = "schema_invalid"
+    WRONG_PARTITION = "wrong_partition"
     UNAUTHENTICATED = "unauthenticated"
     UNKNOWN_MACHINE = "unknown_machine"
     UNKNOWN_RUN = "unknown_run"

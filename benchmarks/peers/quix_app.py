@@ -61,9 +61,10 @@ def main() -> None:
             keyring=ring,
             machines=machines,
             lookup=lambda _run_id: snapshot,
-            seen=lambda _run, _proposal: (
-                None
-            ),  # the snapshot's window only: less work than the worker's lifetime lookup
+            # The snapshot's window only (no lifetime lookup), and no partition check:
+            # less work than the worker does.
+            seen=lambda _run, _proposal: None,
+            placement=None,
         )
         where = message_context()
         source = Source(names.proposals, where.partition, where.offset, key, value, timestamp)

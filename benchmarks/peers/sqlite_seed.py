@@ -109,9 +109,10 @@ def main() -> None:
                 keyring=ring,
                 machines=machines,
                 lookup=db.load,
-                seen=lambda _run, _proposal: (
-                    None
-                ),  # the snapshot's window only: less work than the worker's lifetime lookup
+                # The snapshot's window only (no lifetime lookup), and no partition check:
+                # less work than the worker does.
+                seen=lambda _run, _proposal: None,
+                placement=None,
             )
             source = Source(
                 msg.topic() or "", partition, msg.offset() or 0, msg.key(), msg.value(), timestamp

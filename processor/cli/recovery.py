@@ -165,6 +165,7 @@ def verify(
                 transitions.get(p, []),
                 machines=machines,
                 keyring=keyring,
+                partitions=partitions,
                 max_bytes=max_proposal_bytes,
                 max_state_bytes=max_state_bytes,
             )

@@ -47,7 +47,7 @@ from processor.faust_runtime.web import FaustNode, Web, serve_api
 from processor.logs import OUTCOMES_LOG, log_outcomes
 from processor.metrics import MetricsBatch
 from processor.outputs import OutputRecord, Source, dead_letter_record, outcome_records
-from processor.pipeline import DeadLetterReason, Outcome, decide_record
+from processor.pipeline import DeadLetterReason, Outcome, Placement, decide_record
 from processor.punctuator import Punctuator, timer_key
 from schemas.messages import RunSnapshot
 
@@ -315,6 +315,7 @@ def build_app(
                         machines=config.machines,
                         lookup=looked_up,
                         seen=partial(committed_by, message.partition),
+                        placement=Placement(message.partition, partitions),
                         max_bytes=config.max_proposal_bytes,
                         max_state_bytes=config.max_state_bytes,
                     )

@@ -44,7 +44,7 @@ from processor.outputs import (
     dead_letter_record,
     outcome_records,
 )
-from processor.pipeline import DeadLetterReason, Outcome, decide_record
+from processor.pipeline import DeadLetterReason, Outcome, Placement, decide_record
 from processor.punctuator import Punctuator, timer_key
 from processor.runtime.checkpoint import Checkpoint
 from processor.runtime.poison import Quarantine, is_record_error
@@ -354,6 +354,7 @@ class Worker:
                 machines=self.config.machines,
                 lookup=store.snapshot,
                 seen=store.seen,
+                placement=Placement(source.partition, self.partitions),
                 max_bytes=self.config.max_proposal_bytes,
                 max_state_bytes=self.config.max_state_bytes,
             )

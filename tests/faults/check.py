@@ -22,9 +22,9 @@ from confluent_kafka import Consumer, TopicPartition
 from processor.config import KafkaSettings
 from processor.engine import Commit
 from processor.machines import builtin_machines
+from processor.outputs import is_run_key
 from processor.partitioning import partition_for
 from processor.pipeline import DeadLetterReason
-from processor.punctuator import FIRED_CHANGELOG_PREFIX
 from processor.readback import read_topics
 from processor.replay import apply_transitions
 from schemas.messages import DeadLetter, Rejection, RunSnapshot, Transition
@@ -124,7 +124,7 @@ def outputs(env: Env) -> Outputs:
     for msg in read_topics(KafkaSettings(env.bootstrap), topics):
         topic, value = msg.topic(), msg.value()
         if topic == t.changelog:
-            if value is not None and not msg.key().startswith(FIRED_CHANGELOG_PREFIX):
+            if value is not None and is_run_key(msg.key()):
                 snapshots[msg.key().decode()] = RunSnapshot.model_validate_json(value)
             continue
         sig: Signature

@@ -18,9 +18,10 @@ from processor.engine import Beat, Commit
 from processor.intake import signed_headers
 from processor.keyring import Keyring, dump_keyring, generate_keyring
 from processor.machines import builtin_machines
-from processor.pipeline import Outcome, RunsInMemory, decide_record
-from processor.punctuator import FIRED_CHANGELOG_PREFIX
+from processor.outputs import is_run_key
+from processor.pipeline import Outcome, Placement, RunsInMemory, decide_record
 from processor.readback import read_topics
+from processor.rebuild import partition_count
 from processor.runtime.process import WorkerProcess as ProductWorkerProcess
 from processor.topics import TopicNames
 from schemas.messages import Proposal, Rejection, RunSnapshot, Transition
@@ -207,7 +208,7 @@ def published(env: Env) -> Published:
             rejections.append(Rejection.model_validate_json(msg.value()))
         elif topic == t.dlq:
             dlq += 1
-        elif msg.value() is not None and not msg.key().startswith(FIRED_CHANGELOG_PREFIX):
+        elif msg.value() is not None and is_run_key(msg.key()):
             snapshots[msg.key().decode()] = RunSnapshot.model_validate_json(msg.value())
     return Published(transitions, rejections, dlq, snapshots)
 
@@ -236,7 +237,9 @@ def decided_records(env: Env) -> Iterator[tuple[Message, Outcome]]:
     deciding from offset 0 (runs live in one partition, so one pass in read order)."""
     machines = builtin_machines()
     runs = RunsInMemory()
-    for msg in read_topics(KafkaSettings(env.bootstrap), [env.topics.proposals]):
+    settings = KafkaSettings(env.bootstrap)
+    partitions = partition_count(settings, env.topics.proposals)
+    for msg in read_topics(settings, [env.topics.proposals]):
         outcome = decide_record(
             msg.key(),
             msg.value(),
@@ -246,6 +249,7 @@ def decided_records(env: Env) -> Iterator[tuple[Message, Outcome]]:
             machines=machines,
             lookup=runs.lookup,
             seen=runs.seen,
+            placement=Placement(msg.partition() or 0, partitions),
         )
         runs.apply(outcome)
         yield msg, outcome

@@ -26,6 +26,7 @@ def test_each_hostile_kind_ends_as_its_outcome() -> None:
         machines=machines,
         lookup=lambda _: None,
         seen=lambda _run, _proposal: None,
+        placement=None,
     )
     assert isinstance(run, Rejection)  # unsigned: proves nothing is decided before auth
     good = [RawRecord(b"r1", b'{"run_id": "r1", "event": "start"}', [])]
@@ -41,6 +42,7 @@ def test_each_hostile_kind_ends_as_its_outcome() -> None:
             machines=machines,
             lookup=lambda _: None,
             seen=lambda _run, _proposal: None,
+            placement=None,
         )
         kinds[record.kind] += 1
         if record.expect is None:

@@ -163,6 +163,7 @@ def test_a_history_with_heartbeats_replays_and_verifies() -> None:
             machines=MACHINES,
             lookup=runs.lookup,
             seen=runs.seen,
+            placement=None,
         )
         assert isinstance(outcome, Commit | Beat), outcome
         runs.apply(outcome)

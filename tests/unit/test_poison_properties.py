@@ -367,6 +367,7 @@ def _decide(
         machines=MACHINES,
         lookup=lookup,
         seen=seen,
+        placement=None,
         max_bytes=max_bytes,
         max_state_bytes=max_state_bytes,
     )

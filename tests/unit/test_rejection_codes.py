@@ -1,6 +1,7 @@
 """One test per rejection code: each is reachable, and carries what a client needs."""
 
 import json
+import zlib
 
 import pytest
 
@@ -14,7 +15,8 @@ from processor.intake import (
 )
 from processor.keyring import Keyring
 from processor.machines import builtin_machines
-from processor.pipeline import DeadLetterReason, decide_record
+from processor.partitioning import partition_for
+from processor.pipeline import DeadLetterReason, Placement, decide_record
 from schemas import Proposal, Rejection, RejectionCode, RunSnapshot
 from tests.unit.driver import APPROVER, MODEL, RUNTIME, TOOL, Driver
 
@@ -64,6 +66,42 @@ def test_schema_invalid() -> None:
 def test_undecodable_goes_to_dlq_not_rejection() -> None:
     for value in (b"\xff\xfe", b"not json", b"[1, 2]", None):
         assert isinstance(decode_proposal(value, NOW), Undecodable)
+
+
+def test_wrong_partition() -> None:
+    """A record whose partition is not murmur2(key) mod the count is refused before it
+    is authenticated or decided: here keys a CRC32 partitioner (librdkafka's default in
+    Go, .NET and JavaScript clients) puts elsewhere, over several partition counts."""
+    checked = 0
+    for partitions in (2, 3, 6, 12):
+        for n in range(60):
+            run_id = f"doc-{n}"
+            crc32 = zlib.crc32(run_id.encode()) % partitions
+            home = partition_for(run_id, partitions)
+            value = _value(run_id=run_id, event="create", payload={"machine": "run_state"})
+            for partition in {crc32, home}:
+                outcome = decide_record(
+                    run_id.encode(),
+                    value,
+                    signed_headers(value, "rt", "s" * 32),
+                    NOW,
+                    keyring=KEYRING,
+                    machines=builtin_machines(),
+                    lookup=lambda _: None,
+                    seen=lambda _run, _proposal: None,
+                    placement=Placement(partition, partitions),
+                )
+                if partition == home:
+                    assert isinstance(outcome, Commit), outcome
+                    continue
+                checked += 1
+                assert isinstance(outcome, Rejection), outcome
+                assert outcome.code is RejectionCode.WRONG_PARTITION
+                assert f"lives in partition {home}" in outcome.detail
+                assert "partitioner=murmur2_random" in outcome.detail
+                assert outcome.run_id == run_id
+    assert checked > 100  # CRC32 and murmur2 disagree on most keys
+    assert partition_for("doc-42", 2) == 1 and zlib.crc32(b"doc-42") % 2 == 0
 
 
 def test_unauthenticated() -> None:
@@ -210,6 +248,7 @@ def test_state_too_large() -> None:
             machines=builtin_machines(),
             lookup=snapshots.get,
             seen=lambda _run, _proposal: None,
+            placement=None,
             max_state_bytes=20_000,
         )
         assert not isinstance(outcome, DeadLetterReason)

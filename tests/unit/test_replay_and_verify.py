@@ -84,6 +84,7 @@ def _records() -> tuple[Keyring, list[Record], list[Record]]:
             machines=MACHINES,
             lookup=runs.lookup,
             seen=runs.seen,
+            placement=None,
         )
         runs.apply(outcome)
         if isinstance(outcome, Commit):

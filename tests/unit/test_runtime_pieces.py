@@ -78,6 +78,7 @@ def test_pipeline_outcomes() -> None:
             machines=machines,
             lookup=lambda _: None,
             seen=lambda _run, _proposal: None,
+            placement=None,
         )
 
     assert isinstance(run(b"r1", value, signed_headers(value, "runtime", secret)), Commit)
