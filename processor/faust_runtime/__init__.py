@@ -1,9 +1,17 @@
 """The Faust runtime (`runstate worker --runtime faust`)."""
 
+from pathlib import Path
+
 from confluent_kafka.admin import AdminClient
 
+from processor import identity
 from processor.config import WorkerConfig
 from processor.errors import WorkerError
+
+
+def datadir_of(config: WorkerConfig) -> Path:
+    """Where the Faust runtime keeps its tables (RocksDB) and their identity."""
+    return Path(config.state_dir) / config.group_id / "faust"
 
 
 def run_faust_worker(
@@ -23,7 +31,14 @@ def run_faust_worker(
         raise WorkerError(
             f"topic {config.topics.proposals} does not exist; run `runstate topics create`"
         )
-    app = build_app(config, len(topic.partitions), http_port, advertised_url)
+    partitions = len(topic.partitions)
+    # Tables restored from other topics (deleted and created again) are discarded; a
+    # changed partition count stops the worker (see processor/identity.py).
+    datadir = datadir_of(config)
+    found = identity.current(AdminClient(config.kafka.client()), config.topics, partitions)
+    kept = [p for p in datadir.glob("*") if p.name != identity.FILE] if datadir.exists() else []
+    identity.reconcile(datadir, found, kept)
+    app = build_app(config, partitions, http_port, advertised_url)
     # override_logging=False: Faust would replace the root logger's handlers with its own
     # (colour, its format), and --log-format json would be lost.
     worker = faust.Worker(

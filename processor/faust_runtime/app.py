@@ -23,7 +23,6 @@ import logging
 import time
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 from typing import Any, cast
 
 import faust
@@ -32,6 +31,7 @@ from faust.types import TP
 from processor.cluster import client_id
 from processor.config import WorkerConfig
 from processor.engine import Beat, Commit
+from processor.faust_runtime import datadir_of
 from processor.faust_runtime.kafka import faust_kafka_settings
 from processor.faust_runtime.observe import StateIndex, faust_metrics
 from processor.faust_runtime.positions import Positions, Verdict
@@ -83,7 +83,7 @@ def build_app(
     config: WorkerConfig, partitions: int, http_port: int, advertised_url: str | None = None
 ) -> faust.App:
     topics = config.topics
-    datadir = Path(config.state_dir) / config.group_id / "faust"
+    datadir = datadir_of(config)
     datadir.mkdir(parents=True, exist_ok=True)
     kafka: dict[str, Any] = {
         # The native worker's failover time (Faust's default is 60 s).

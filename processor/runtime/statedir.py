@@ -42,6 +42,10 @@ class StateDir:
     def partition(self, partition: int) -> Path:
         return self.root / f"p{partition}"
 
+    def stores(self) -> list[Path]:
+        """The partition stores kept here."""
+        return sorted(p for p in self.root.glob("p[0-9]*") if p.is_dir())
+
     def release(self) -> None:
         if self._lock is not None:
             self._lock.close()

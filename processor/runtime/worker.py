@@ -30,7 +30,9 @@ from confluent_kafka import (
     Message,
     TopicPartition,
 )
+from confluent_kafka.admin import AdminClient
 
+from processor import identity
 from processor.cluster import client_id
 from processor.config import WorkerConfig
 from processor.engine import Beat, Commit
@@ -123,6 +125,10 @@ class Worker:
         topics = check_topics(self.config)
         self.partitions, self.limits = topics.partitions, topics.limits
         settings = self.config.kafka
+        # Stores restored from other topics (deleted and created again) are discarded;
+        # a changed partition count stops the worker (see identity.py).
+        found = identity.current(AdminClient(settings.client()), self.topics, self.partitions)
+        identity.reconcile(self.state_dir.root, found, self.state_dir.stores())
         self.producer = TransactionalProducer(
             settings,
             f"{self.config.group_id}-{self.worker_id}",
