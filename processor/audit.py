@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from processor.engine import Commit, Machine
+from processor.engine.machine import with_current
 from processor.intake import DEFAULT_MAX_PROPOSAL_BYTES, Headers
 from processor.keyring import Keyring
 from processor.pipeline import DEFAULT_MAX_STATE_BYTES, Placement, RunsInMemory, decide_record
@@ -65,14 +66,16 @@ def verify_partition(
     findings: list[Finding] = []
     runs = RunsInMemory()
     expected: list[Transition] = []
+    created = _created_with(transitions)
     for record in proposals:
+        pinned = created.get(record.key or b"")
         outcome = decide_record(
             record.key,
             record.value,
             record.headers,
             record.timestamp_ms,
             keyring=keyring,
-            machines=machines,
+            machines=machines if pinned is None else with_current(machines, *pinned),
             lookup=runs.lookup,
             seen=runs.seen,
             placement=None if partitions is None else Placement(partition, partitions),
@@ -129,6 +132,22 @@ def verify_partition(
             )
         )
     return findings
+
+
+def _created_with(transitions: Sequence[Record]) -> dict[bytes, tuple[str, str | None]]:
+    """Run key -> (machine, version) its creation got. Which version new runs get
+    changes with deploys, which the proposals do not record: each creation is decided
+    again by the version its transition names (that version must be held here)."""
+    found = {}
+    for record in transitions:
+        if record.value is not None and b'"revision":0,' in record.value:
+            try:
+                t = Transition.model_validate_json(record.value)
+            except ValidationError:
+                continue
+            if t.revision == 0:
+                found[t.run_id.encode()] = (t.machine, t.machine_version)
+    return found
 
 
 def verify_runs_across_partitions(transitions: Mapping[int, Sequence[Record]]) -> list[Finding]:

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from processor.engine import Commit, Machine, alive_at, decide
+from processor.engine.machine import with_current
 from schemas.messages import Proposal, Rejection, RunSnapshot, Transition
 
 
@@ -83,8 +84,15 @@ def apply_transitions(
             and current.heartbeat_at_ms != transition.heartbeat_at_ms
         ):
             current = alive_at(machine, current, transition.heartbeat_at_ms)
+        # A creation is decided again by the version it got (a later deploy may have
+        # made another version the one new runs get).
+        deciding = (
+            with_current(machines, transition.machine, transition.machine_version)
+            if current is None
+            else machines
+        )
         decision = decide(
-            machines, current, proposal_of(transition), transition.principal, transition.at_ms
+            deciding, current, proposal_of(transition), transition.principal, transition.at_ms
         )
         if not isinstance(decision, Commit):
             why = (

@@ -8,8 +8,9 @@ ensure_ascii=False)):
      event, proposal_id, principal.source, principal.authority, reason, payload,
      metadata, retry_count, at_ms, prev_hash]
 
-followed by `heartbeat_at_ms` when the transition has one (a transition decided with no
-heartbeat since the previous one hashes as if the field did not exist).
+followed, when the transition has either, by an object of `machine_version` and
+`heartbeat_at_ms`, each only when set (a transition without them hashes as if the fields
+did not exist).
 
 `prev_hash` is the previous transition's `hash` ("" at revision 0), so changing any
 record breaks its own hash and every later link.
@@ -64,9 +65,13 @@ def canonical_values(fields: dict[str, Any]) -> list[Any]:
         fields["at_ms"],
         fields["prev_hash"],
     ]
-    heartbeat = fields.get("heartbeat_at_ms")
-    if heartbeat is not None:
-        values.append(heartbeat)
+    later = {
+        name: fields[name]
+        for name in ("machine_version", "heartbeat_at_ms")
+        if fields.get(name) is not None
+    }
+    if later:
+        values.append(later)
     return values
 
 

@@ -17,6 +17,7 @@ class RejectionCode(StrEnum):
     UNAUTHORIZED = "unauthorized"
     REVISION_CONFLICT = "revision_conflict"
     TERMINAL_STATE = "terminal_state"
+    INCOMPATIBLE_VERSION = "incompatible_version"
     DEADLINE_PASSED = "deadline_passed"
     INVALID_TRANSITION = "invalid_transition"
     REASON_REQUIRED = "reason_required"

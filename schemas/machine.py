@@ -68,8 +68,8 @@ class RetryPolicy(WireModel):
 class TimeoutSpec(WireModel):
     """A deadline the processor keeps: after `after_ms` in `state` it proposes `event`.
 
-    `approval` counts from entering the state; `heartbeat` from the run's last commit
-    (any step, fact or heartbeat is a sign of life). A run's options override `after_ms`
+    `approval` counts from entering the state; `heartbeat` from the run's latest
+    transition or heartbeat, whichever came last. A run's options override `after_ms`
     (approval_timeout_ms, heartbeat_timeout_ms); None arms it only for runs that set one.
     """
 
@@ -91,7 +91,13 @@ class AlertSpec(WireModel):
 
 
 class MachineSpec(VersionedMessage):
+    """A machine. Its version is the digest of its content (engine.machine.version_of):
+    a run is decided all its life by the version that created it, until migrated."""
+
     name: Name
+    label: str | None = Field(
+        default=None, description="A human name for this version (e.g. '2026-12 leads approve')."
+    )
     description: str = ""
     states: list[Name]
     initial: Name
@@ -107,7 +113,13 @@ class MachineSpec(VersionedMessage):
     step_authorities: list[str] = Field(default_factory=lambda: ["runtime", "tool_executor"])
     default_success_criteria: list[str] = Field(default_factory=list)
     dedupe_window: Annotated[int, Field(ge=1, le=10_000)] = Field(
-        default=64, description="How many recent proposal ids a run remembers."
+        default=64,
+        description="How many recent proposal ids a run's snapshot carries (every one is "
+        "remembered for the run's life in the worker's store).",
+    )
+    migrate_authorities: list[str] = Field(
+        default_factory=lambda: ["runtime"],
+        description="Who may move a run of this machine to another version of it.",
     )
     timeouts: list[TimeoutSpec] = Field(default_factory=list)
     alerts: list[AlertSpec] = Field(default_factory=list)

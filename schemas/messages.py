@@ -116,6 +116,11 @@ class RunSnapshot(VersionedMessage):
 
     run_id: RunId
     machine: Name
+    machine_version: str | None = Field(
+        default=None,
+        description="The version of the machine the run is decided by (None: created "
+        "before runs were pinned; the machine's version at hand decides it).",
+    )
     state: str
     revision: int = Field(ge=0)
     retry_count: int = 0
@@ -149,6 +154,9 @@ class Transition(VersionedMessage):
     transition_id: str = Field(description="'<run_id>:<revision>', unique for the run's life.")
     run_id: RunId
     machine: Name
+    machine_version: str | None = Field(
+        default=None, description="The version of the machine that decided it."
+    )
     revision: int = Field(ge=0)
     from_state: str | None = Field(description="None for the create transition.")
     to_state: str

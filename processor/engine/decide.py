@@ -2,8 +2,16 @@
 
 Checks run in this order and the first failure wins:
 schema_invalid (event payloads), unknown_machine, unknown_run, run_exists, duplicate,
-unknown_event, unauthorized, revision_conflict, terminal_state, deadline_passed,
-invalid_transition, reason_required, guard_failed, retries_exhausted, duplicate_step.
+unknown_event, unauthorized, revision_conflict, terminal_state, incompatible_version,
+deadline_passed, invalid_transition, reason_required, guard_failed, retries_exhausted,
+duplicate_step.
+
+A run is decided all its life by the machine version that created it
+(`RunSnapshot.machine_version`); a version the catalog does not hold is refused
+`unknown_machine`, never decided by another. `migrate` (payload {"version": ...}, by the
+machine's migrate_authorities) moves a run to another version of its machine, refused
+`incompatible_version` when the run's state, or the event of a deadline it has pending,
+does not exist there.
 
 `duplicate` is checked as soon as the run is known rather than last: a client that
 resends a committed proposal must get the original answer, not a fresh verdict
@@ -24,8 +32,8 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
-from processor.engine.lint import CREATE_EVENT
-from processor.engine.machine import Edge, Machine
+from processor.engine.lint import CREATE_EVENT, MIGRATE_EVENT
+from processor.engine.machine import Edge, Machine, machine_for
 from processor.engine.steps import apply_step
 from processor.engine.timers import EXPIRING, arm_timers
 from schemas.audit import transition_hash
@@ -99,21 +107,25 @@ def decide(
             None,
             now_ms,
         )
-    machine = machines.get(snapshot.machine)
+    machine = machine_for(machines, snapshot.machine, snapshot.machine_version)
     if machine is None:
-        return _reject(
-            Code.UNKNOWN_MACHINE,
-            f"run uses machine '{snapshot.machine}', which this worker does not have loaded",
-            proposal,
-            principal,
-            snapshot,
-            now_ms,
+        held = machines.get(snapshot.machine)
+        detail = (
+            f"run uses machine '{snapshot.machine}', which this worker does not have loaded"
+            if held is None
+            else f"run is pinned to version {snapshot.machine_version} of machine "
+            f"'{snapshot.machine}', which this worker does not hold (it has "
+            f"{held.version}); publish that version (runstate machines publish) or deploy "
+            "the worker that has it"
         )
+        return _reject(Code.UNKNOWN_MACHINE, detail, proposal, principal, snapshot, now_ms)
     original = _original_revision(snapshot, proposal.proposal_id, seen)
     if original is not None:
         return _reject_duplicate(proposal, principal, snapshot, original, now_ms)
 
     event = proposal.event
+    if event == MIGRATE_EVENT:
+        return _decide_migrate(machines, machine, snapshot, proposal, principal, now_ms)
     rule = machine.rules.get(event)
     if rule is None:
         return _reject(
@@ -339,6 +351,7 @@ def _decide_create(
         "schema_version": 1,
         "run_id": proposal.run_id,
         "machine": machine.name,
+        "machine_version": machine.version,
         "state": spec.initial,
         "revision": 0,
         "retry_count": 0,
@@ -358,6 +371,99 @@ def _decide_create(
         "entered_state_at_ms": now_ms,
     }
     return _seal(machine, values, None, proposal, principal, now_ms)
+
+
+def _decide_migrate(
+    machines: Mapping[str, Machine],
+    machine: Machine,
+    snapshot: RunSnapshot,
+    proposal: Proposal,
+    principal: Principal,
+    now_ms: int,
+) -> Decision:
+    """Move the run to another version of its machine, explicitly: the only way a run
+    changes version."""
+    if principal.authority not in machine.spec.migrate_authorities:
+        return _reject(
+            Code.UNAUTHORIZED,
+            f"{principal.authority} ({principal.source}) may not migrate '{machine.name}' runs; "
+            f"allowed: {', '.join(sorted(machine.spec.migrate_authorities))}",
+            proposal,
+            principal,
+            snapshot,
+            now_ms,
+        )
+    target_version = proposal.payload.get("version")
+    if not isinstance(target_version, str) or set(proposal.payload) != {"version"}:
+        return _reject(
+            Code.SCHEMA_INVALID,
+            'payload of \'migrate\' is {"version": "<machine version>"}',
+            proposal,
+            principal,
+            snapshot,
+            now_ms,
+        )
+    if proposal.expected_revision is not None and proposal.expected_revision != snapshot.revision:
+        return _reject(
+            Code.REVISION_CONFLICT,
+            f"expected revision {proposal.expected_revision} but the run is at "
+            f"{snapshot.revision}; read the run again and re-decide",
+            proposal,
+            principal,
+            snapshot,
+            now_ms,
+        )
+    if snapshot.state in machine.terminal:
+        return _reject(
+            Code.TERMINAL_STATE,
+            f"run is in terminal state '{snapshot.state}' and never changes",
+            proposal,
+            principal,
+            snapshot,
+            now_ms,
+        )
+    target = machine_for(machines, machine.name, target_version)
+    if target is None:
+        return _reject(
+            Code.UNKNOWN_MACHINE,
+            f"no version {target_version} of machine '{machine.name}' is held here; "
+            "publish it first (runstate machines publish)",
+            proposal,
+            principal,
+            snapshot,
+            now_ms,
+        )
+    problems = _incompatibilities(target, snapshot)
+    if problems:
+        return _reject(
+            Code.INCOMPATIBLE_VERSION,
+            f"cannot move the run to version {target.version}: {'; '.join(problems)}",
+            proposal,
+            principal,
+            snapshot,
+            now_ms,
+        )
+    migrated = snapshot.model_copy(update={"machine_version": target.version})
+    return _commit(target, migrated, proposal, principal, now_ms, snapshot.state)
+
+
+def _incompatibilities(target: Machine, snapshot: RunSnapshot) -> list[str]:
+    """Why the run could not go on under `target`: its state is not there, or a deadline
+    it has pending could not be decided there."""
+    state = snapshot.state
+    if state not in target.spec.states:
+        return [f"state '{state}' does not exist in it"]
+    problems = []
+    for timer in snapshot.timers:
+        if timer.kind == "deadline" and timer.event is not None:
+            if (state, timer.event) not in target.edges:
+                problems.append(
+                    f"the pending {timer.name} deadline proposes '{timer.event}', which has "
+                    f"no transition from '{state}' there"
+                )
+        elif timer.kind == "alert" and not any(a.rule == timer.name for a in target.spec.alerts):
+            problems.append(f"the pending alert '{timer.name}' does not exist there")
+    return problems
 
 
 def _commit(
@@ -450,6 +556,7 @@ def _seal(
         "transition_id": f"{values['run_id']}:{values['revision']}",
         "run_id": values["run_id"],
         "machine": values["machine"],
+        "machine_version": values["machine_version"],
         "revision": values["revision"],
         "from_state": from_state,
         "to_state": values["state"],

@@ -11,8 +11,9 @@ TIMER_AUTHORITY = "runtime"
 #: Events every machine understands without declaring them.
 CREATE_EVENT = "create"
 HEARTBEAT_EVENT = "heartbeat"
+MIGRATE_EVENT = "migrate"
 STEP_EVENTS = ("step_started", "step_succeeded", "step_failed")
-RESERVED_EVENTS = frozenset((CREATE_EVENT, HEARTBEAT_EVENT, *STEP_EVENTS))
+RESERVED_EVENTS = frozenset((CREATE_EVENT, HEARTBEAT_EVENT, MIGRATE_EVENT, *STEP_EVENTS))
 
 Path = tuple[str | int, ...]
 

@@ -1,8 +1,10 @@
 """A linted machine compiled for fast lookups by `decide`."""
 
 import fnmatch
+import hashlib
+import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel
@@ -63,10 +65,61 @@ class Machine:
     retry_states: frozenset[str]
     events: Mapping[str, EventSpec] = field(repr=False)
     rules: Mapping[str, EventRule] = field(repr=False)
+    #: The digest of the spec's content (`version_of`): what a run is pinned to.
+    version: str = ""
 
     @property
     def name(self) -> str:
         return self.spec.name
+
+
+def version_of(spec: MachineSpec) -> str:
+    """A machine version: the first 16 hex digits of the SHA-256 of the spec as JSON (keys
+    sorted, no spaces). Any change to what the machine decides makes a new version."""
+    text = json.dumps(
+        spec.model_dump(mode="json", by_alias=True), sort_keys=True, separators=(",", ":")
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class Catalog(dict[str, Machine]):
+    """The machines new runs get, by name, and every other version known, so that each
+    run is decided by the version it is pinned to."""
+
+    def __init__(self, current: Iterable[Machine] = (), older: Iterable[Machine] = ()) -> None:
+        super().__init__((m.name, m) for m in current)
+        self.versions: dict[tuple[str, str], Machine] = {}
+        for machine in (*older, *self.values()):
+            self.versions[(machine.name, machine.version)] = machine
+
+    def add_version(self, machine: Machine) -> None:
+        self.versions[(machine.name, machine.version)] = machine
+
+
+def with_current(
+    machines: Mapping[str, Machine], name: str, version: str | None
+) -> Mapping[str, Machine]:
+    """`machines` with version `version` of `name` as the one new runs get, when it is
+    held: how a run's creation is decided again (replay, verify) by the version it got."""
+    machine = machine_for(machines, name, version)
+    if machine is None or machines.get(name) is machine:
+        return machines
+    pinned = Catalog(
+        machines.values(), machines.versions.values() if isinstance(machines, Catalog) else ()
+    )
+    pinned[name] = machine
+    return pinned
+
+
+def machine_for(machines: Mapping[str, Machine], name: str, version: str | None) -> Machine | None:
+    """The machine that decides a run of `name` pinned to `version` (None: a run from
+    before versions, decided by the machine at hand), or None when it is not held."""
+    current = machines.get(name)
+    if version is None or (current is not None and current.version == version):
+        return current
+    if isinstance(machines, Catalog):
+        return machines.versions.get((name, version))
+    return None
 
 
 def _edge(t: TransitionSpec) -> Edge:
@@ -109,4 +162,5 @@ def compile_machine(spec: MachineSpec) -> Machine:
         retry_states=frozenset(t.source for t in spec.transitions if t.event == retry_event),
         events=dict(spec.events),
         rules=rules,
+        version=version_of(spec),
     )

@@ -5,7 +5,7 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-from processor.engine.machine import Machine
+from processor.engine.machine import Catalog, Machine
 from processor.engine.parse import MachineFileError, parse_machine
 
 BUILTIN_NAMES = ("run_state", "owned_run", "task_lifecycle")
@@ -35,9 +35,11 @@ def load_machine_file(path: Path) -> Machine:
     return parse_machine(text, str(path))
 
 
-def load_catalog(paths: Iterable[Path] = ()) -> dict[str, Machine]:
-    """Built-in machines plus the given files (or every *.yaml in a given folder)."""
-    catalog = dict(builtin_machines())
+def load_catalog(paths: Iterable[Path] = (), older: Iterable[Machine] = ()) -> Catalog:
+    """Built-in machines plus the given files (or every *.yaml in a given folder): the
+    versions new runs get; `older` versions (e.g. from the machines topic) decide the
+    runs pinned to them."""
+    catalog = Catalog(builtin_machines().values(), older)
     for path in paths:
         files = sorted(path.glob("*.yaml")) if path.is_dir() else [path]
         for file in files:
@@ -47,6 +49,7 @@ def load_catalog(paths: Iterable[Path] = ()) -> dict[str, Machine]:
                     [f"{file}:1: name: machine '{machine.name}' is already defined; rename it"]
                 )
             catalog[machine.name] = machine
+            catalog.add_version(machine)
     return catalog
 
 

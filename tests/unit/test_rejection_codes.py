@@ -345,3 +345,27 @@ def test_rejections_never_change_the_run(machine: str) -> None:
     run.refuse("no_such_event")
     run.refuse("create", payload={"machine": machine})
     assert run.snapshot is before
+
+
+def test_incompatible_version() -> None:
+    """`migrate` to a version without the run's state (more in test_machine_versions)."""
+    from processor.engine.machine import Catalog
+    from processor.engine.parse import parse_machine
+    from processor.machines import builtin_source
+
+    text = builtin_source("run_state")
+    v1 = parse_machine(text)
+    without = "\n".join(line for line in text.splitlines() if "from: waiting_approval" not in line)
+    v2 = parse_machine(
+        without.replace("running, waiting_approval, completed", "running, completed").replace(
+            "  - {from: running, event: need_approval, to: waiting_approval}\n", ""
+        )
+    )
+    run = Driver(machines=Catalog([v1]))
+    run.create("run_state")
+    run.commit("start")
+    run.commit("need_approval")
+    run.machines = Catalog([v1], [v2])
+    refused = run.refuse("migrate", payload={"version": v2.version})
+    assert refused.code is RejectionCode.INCOMPATIBLE_VERSION
+    assert "state 'waiting_approval' does not exist" in refused.detail

@@ -1,0 +1,140 @@
+"""Runs outlive a deploy: each is decided by the machine version that created it, and
+moves to another version only by an explicit `migrate`."""
+
+import pytest
+
+from processor.engine import Commit
+from processor.engine.machine import Catalog, Machine, version_of
+from processor.engine.parse import parse_machine
+from processor.machines import builtin_machines, builtin_source
+from processor.replay import apply_transitions
+from schemas.codes import RejectionCode
+from tests.unit.driver import APPROVER, TOOL, Driver
+
+pytestmark = pytest.mark.unit
+V1 = parse_machine(builtin_source("task_lifecycle"))
+# The edit of a later deploy: approvals now come from the tool executor, not approvers,
+# and the `blocked` state is gone.
+V2 = parse_machine(
+    builtin_source("task_lifecycle")
+    .replace(
+        "approval_granted: {authorities: [approver]}",
+        "approval_granted: {authorities: [tool_executor]}",
+    )
+    .replace("name: task_lifecycle", "name: task_lifecycle\nlabel: tools approve")
+)
+
+
+def _catalog(current: Machine, *older: Machine) -> Catalog:
+    """The built-in machines with `current` as task_lifecycle, and `older` versions."""
+    others = [m for name, m in builtin_machines().items() if name != "task_lifecycle"]
+    return Catalog([*others, current], older)
+
+
+def test_a_version_is_the_digest_of_the_content() -> None:
+    assert V1.version == version_of(V1.spec) and len(V1.version) == 16
+    assert V1.version != V2.version
+    assert parse_machine(builtin_source("task_lifecycle")).version == V1.version  # stable
+
+
+def test_runs_in_flight_keep_their_version_across_a_deploy() -> None:
+    old = Driver(machines=_catalog(V1), run_id="old")
+    created = old.create("task_lifecycle")
+    assert created.snapshot.machine_version == V1.version
+    old.commit("start")
+    old.commit("pause_for_approval")
+    # the deploy: V2 is current; V1 still held (published) for the runs pinned to it
+    old.machines = _catalog(V2, V1)
+    new = Driver(machines=old.machines, run_id="new")
+    assert new.create("task_lifecycle").snapshot.machine_version == V2.version
+    new.commit("start")
+    new.commit("pause_for_approval")
+    # the old run is decided by V1: approvers approve, tools may not
+    assert old.refuse("approval_granted", TOOL).code is RejectionCode.UNAUTHORIZED
+    assert old.commit("approval_granted", APPROVER).snapshot.machine_version == V1.version
+    # the new run by V2
+    assert new.refuse("approval_granted", APPROVER).code is RejectionCode.UNAUTHORIZED
+    new.commit("approval_granted", TOOL)
+    # replay (and get --at) rebuild each run under its own version
+    for run in (old, new):
+        replayed = apply_transitions(old.machines, [(t, None) for t in run.history])
+        assert replayed.problems == [] and replayed.snapshots[run.run_id] == run.snapshot
+
+
+def test_a_version_the_worker_does_not_hold_is_refused_not_guessed() -> None:
+    run = Driver(machines=_catalog(V1), run_id="r")
+    run.create("task_lifecycle")
+    run.machines = _catalog(V2)  # a worker that never learned V1
+    refused = run.refuse("start")
+    assert refused.code is RejectionCode.UNKNOWN_MACHINE
+    assert V1.version in refused.detail and "machines publish" in refused.detail
+
+
+def _edited(label: str, *drop: str) -> Machine:
+    """task_lifecycle with a label and without the given lines (matched by substring)."""
+    lines = [
+        line
+        for line in builtin_source("task_lifecycle").splitlines()
+        if not any(d in line for d in drop)
+    ]
+    text = "\n".join(lines).replace("name: task_lifecycle", f"name: task_lifecycle\nlabel: {label}")
+    if "from: blocked" in drop:
+        text = text.replace("paused, blocked, retrying", "paused, retrying")
+    return parse_machine(text)
+
+
+NO_BLOCKED = _edited("no blocked", "to: blocked", "from: blocked", "state: blocked")
+NO_APPROVAL_TIMEOUT = _edited(
+    "no approval timeout", "{from: paused, event: timeout", "{kind: approval, state: paused"
+)
+
+
+def test_migrate_moves_one_run_and_refuses_another() -> None:
+    moving = Driver(machines=_catalog(V1), run_id="m")
+    moving.create("task_lifecycle")
+    moving.commit("start")
+    moving.machines = _catalog(V2, V1)
+    assert moving.refuse("migrate", TOOL, payload={"version": V2.version}).code is (
+        RejectionCode.UNAUTHORIZED
+    )
+    assert moving.refuse("migrate", payload={"version": "0" * 16}).code is (
+        RejectionCode.UNKNOWN_MACHINE
+    )
+    assert moving.refuse("migrate", payload={}).code is RejectionCode.SCHEMA_INVALID
+    migrated = moving.commit("migrate", payload={"version": V2.version})
+    assert migrated.snapshot.machine_version == V2.version
+    assert migrated.transition.from_state == migrated.transition.to_state == "running"
+    moving.commit("pause_for_approval")
+    assert moving.refuse("approval_granted", APPROVER).code is RejectionCode.UNAUTHORIZED
+    moving.commit("approval_granted", TOOL)  # decided by V2 now
+    replayed = apply_transitions(moving.machines, [(t, None) for t in moving.history])
+    assert replayed.problems == [] and replayed.snapshots["m"] == moving.snapshot
+
+    stuck = Driver(machines=_catalog(V1), run_id="s")
+    stuck.create("task_lifecycle")
+    stuck.commit("start")
+    stuck.commit("block_on_dependency")
+    stuck.machines = _catalog(V1, NO_BLOCKED)
+    refused = stuck.refuse("migrate", payload={"version": NO_BLOCKED.version})
+    assert refused.code is RejectionCode.INCOMPATIBLE_VERSION
+    assert "state 'blocked' does not exist" in refused.detail
+    assert stuck.snapshot is not None and stuck.snapshot.machine_version == V1.version
+
+
+def test_migrate_refuses_a_target_where_a_pending_deadline_could_not_be_decided() -> None:
+    run = Driver(machines=_catalog(V1), run_id="p")
+    run.create("task_lifecycle", deadlines={"approval_timeout_ms": 60_000})
+    run.commit("start")
+    run.commit("pause_for_approval")
+    run.machines = _catalog(V1, NO_APPROVAL_TIMEOUT)
+    refused = run.refuse("migrate", payload={"version": NO_APPROVAL_TIMEOUT.version})
+    assert refused.code is RejectionCode.INCOMPATIBLE_VERSION
+    assert "approval deadline proposes 'timeout'" in refused.detail
+    running = Driver(machines=run.machines, run_id="q")  # no deadline pending: it may move
+    running.machines = _catalog(V1)
+    running.create("task_lifecycle")
+    running.commit("start")
+    running.machines = _catalog(V1, NO_APPROVAL_TIMEOUT)
+    assert isinstance(
+        running.commit("migrate", payload={"version": NO_APPROVAL_TIMEOUT.version}), Commit
+    )
