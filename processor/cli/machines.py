@@ -1,5 +1,6 @@
-"""`runstate machines`: list, show and lint machine definitions."""
+"""`runstate machines`: list, show, lint and diff machine definitions."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -11,7 +12,9 @@ from processor.cli.options import machine_path_option
 from processor.engine.machine import Machine
 from processor.engine.parse import MachineFileError, lint_machine_text
 from processor.engine.render import mermaid, table_rows
-from processor.machines import load_catalog
+from processor.machine_diff import diff
+from processor.machines import builtin_machines, load_catalog, load_machine_file
+from schemas.machine import MachineSpec
 
 
 @click.group()
@@ -104,3 +107,52 @@ def lint_files(files: tuple[Path, ...]) -> None:
         else:
             click.echo(f"{path}: ok")
     sys.exit(1 if failed else 0)
+
+
+def _load_for_diff(which: str) -> MachineSpec:
+    """A machine file, or the name of a built-in machine; exit 2 when it does not load."""
+    path = Path(which)
+    builtins = builtin_machines()
+    try:
+        if not path.exists() and which in builtins:
+            return builtins[which].spec
+        return load_machine_file(path).spec
+    except MachineFileError as exc:
+        click.echo(f"cannot load {which}:\n{exc}", err=True)
+        sys.exit(2)
+
+
+@machines.command("diff")
+@click.argument("old")
+@click.argument("new")
+@click.option("--json", "as_json", is_flag=True, help="Print the changes as a JSON list.")
+def diff_machines(old: str, new: str, as_json: bool) -> None:
+    """Name every change from machine OLD to NEW and whether it breaks runs in flight.
+
+    OLD and NEW are machine files (or names of built-in machines). A change is breaking
+    when a run created under OLD, then decided under NEW, could get stuck or be decided
+    differently: a state, event or transition removed, a transition retargeted, an
+    initial or terminal state changed, an event's authorities or sources narrowed, a
+    guard added or tightened, a reason required where none was, a timeout removed or
+    changed, the retry policy changed, create or step authorities narrowed, the dedupe
+    window shrunk. Additions and widenings are compatible.
+
+    Prints a table (--json: a list of {impact, kind, subject, description, breaking}).
+    Exit status: 0 when no change is breaking (also when nothing changed), 1 when any
+    is, 2 when a file does not load.
+    """
+    changes = diff(_load_for_diff(old), _load_for_diff(new))
+    breaking = sum(1 for c in changes if c.breaking)
+    if as_json:
+        click.echo(json.dumps([c.as_dict() for c in changes], indent=2))
+    elif not changes:
+        click.echo("no changes")
+    else:
+        table = Table("impact", "kind", "change")
+        for change in changes:
+            style = "red" if change.breaking else "green"
+            table.add_row(f"[{style}]{change.impact}[/]", change.kind, change.description)
+        console = Console()
+        console.print(table)
+        console.print(f"{breaking} breaking, {len(changes) - breaking} compatible")
+    sys.exit(1 if breaking else 0)
