@@ -200,7 +200,8 @@ def add_state_event_edge(data: Spec, draw: Draw, n: int) -> set[str]:
 
 
 def widen_authorities(data: Spec, draw: Draw, n: int) -> set[str]:
-    event = data["events"][draw(st.sampled_from(sorted(data["events"])))]
+    known = sorted(e for e in data["events"] if not e.startswith("extra_"))
+    event = data["events"][draw(st.sampled_from(known))]
     event["authorities"].append(f"extra_authority_{n}")
     return {"authorities_widened"}
 
