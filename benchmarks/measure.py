@@ -95,7 +95,14 @@ class Tail:
 
 def load(setup: Setup, records: Sequence[RawRecord]) -> None:
     """Produce `records` (one producer: each run's order kept) and wait until written."""
-    producer = Producer({"bootstrap.servers": setup.bootstrap, "linger.ms": 20, "log_level": 3})
+    producer = Producer(
+        {
+            "bootstrap.servers": setup.bootstrap,
+            "linger.ms": 20,
+            "log_level": 3,
+            "partitioner": "murmur2_random",  # where the runs live (else wrong_partition)
+        }
+    )
     for n, record in enumerate(records):
         producer.produce(setup.names.proposals, record.value, record.key, headers=record.headers)
         if n % 10_000 == 0:
@@ -152,7 +159,14 @@ def latency(
     answered) before timing starts, so start-up and restore do not count."""
     running = start(setup)
     tail = Tail(setup, partitions)
-    producer = Producer({"bootstrap.servers": setup.bootstrap, "linger.ms": 0, "log_level": 3})
+    producer = Producer(
+        {
+            "bootstrap.servers": setup.bootstrap,
+            "linger.ms": 0,
+            "log_level": 3,
+            "partitioner": "murmur2_random",
+        }
+    )
     try:
         tail.expect(records[:warmup])
         load(setup, records[:warmup])

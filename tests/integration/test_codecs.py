@@ -64,6 +64,7 @@ def produce(env: Env, plan: list[dict[str, Any]], codec: str) -> None:
             "bootstrap.servers": env.bootstrap,
             "compression.type": codec,
             "enable.idempotence": True,
+            "partitioner": "murmur2_random",  # the runs' partitions (else wrong_partition)
             "linger.ms": 50,
             "log_level": 4,
         }
