@@ -7,6 +7,7 @@ stores and republish their snapshots to the changelog. No printing, no options: 
 CLI shows the progress and the results.
 """
 
+import dataclasses
 import os
 import shutil
 from collections.abc import Iterator, Mapping
@@ -25,7 +26,7 @@ from processor.readback import offset_for_time, read_partition
 from processor.replay import Replayed, ReplayProblem, apply_transitions
 from processor.runtime.statedir import StateDir
 from processor.runtime.store import PartitionStore, TransitionRecord
-from processor.topics import TopicNames, create_topics, plan_topics
+from processor.topics import TopicDefaults, TopicNames, provision_topics
 from schemas.messages import RunSnapshot, Transition
 
 
@@ -139,14 +140,17 @@ def rebuild_stores(
     *,
     since_ms: int | None = None,
     replace: bool = False,
+    topic_defaults: TopicDefaults | None = None,
 ) -> Iterator[StoreRebuild]:
     """Claim `state_dir` (StateDirBusy if a worker holds it) for a rebuild of every
     partition: from offset 0, or onto the stores as they are from `since_ms` on.
-    Creates the missing topics (the changelog, if it was deleted). From offset 0, stores
-    that exist are replaced only with `replace` (StoresExist otherwise, before anything
-    is written)."""
+    Creates the missing topics (the changelog, if it was deleted) as `topics create`
+    would, with `topic_defaults` (replication min(3, brokers) unless given) and the
+    proposals' partition count. From offset 0, stores that exist are replaced only with
+    `replace` (StoresExist otherwise, before anything is written)."""
     partitions = partition_count(settings, topics.proposals)
-    create_topics(AdminClient(settings.client()), plan_topics(topics, partitions, 1))
+    defaults = dataclasses.replace(topic_defaults or TopicDefaults(), partitions=partitions)
+    provision_topics(AdminClient(settings.client()), topics, defaults)
     state = StateDir(state_dir, group_id, topics.proposals).claim()
     try:
         existing = [path for p in range(partitions) if (path := state.partition(p)).exists()]

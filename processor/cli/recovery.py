@@ -24,10 +24,12 @@ from processor.cli.options import (
     pass_kafka,
     state_dir_option,
 )
+from processor.cli.topics import topic_settings
 from processor.keyring import KeyringError, load_keyring
 from processor.readback import read_partitions
 from processor.rebuild import RebuildError, StoresExist, partition_count, rebuild_stores
 from processor.runtime.statedir import StateDirBusy
+from processor.topics import TopicDefaults, TopicSettingError
 
 
 def parse_time(text: str) -> int:
@@ -58,6 +60,7 @@ def parse_time(text: str) -> int:
     "are (e.g. restored from a backup taken then); default: rebuild from offset 0.",
 )
 @option("--force", env="REPLAY_FORCE", is_flag=True, help="Replace existing stores.")
+@topic_settings
 def replay(
     kafka: KafkaContext,
     group_id: str,
@@ -65,13 +68,15 @@ def replay(
     machine_paths: tuple[Path, ...],
     from_time: str | None,
     force: bool,
+    topic_defaults: TopicDefaults,
 ) -> None:
     """Rebuild every partition store from the transitions topic.
 
     For when a worker's local state and the changelog are both gone: each transition is
     decided again from the snapshot before it and must come out identical. The rebuilt
     snapshots go into the stores under --state-dir and back into the changelog (which
-    is created if missing). Stop the worker using --state-dir first.
+    is created if missing, with the settings of `topics create`: --replication-factor,
+    default min(3, brokers)). Stop the worker using --state-dir first.
     """
     console = Console()
     machines = catalog(machine_paths)
@@ -88,6 +93,7 @@ def replay(
                 group_id,
                 since_ms=since,
                 replace=force,
+                topic_defaults=topic_defaults,
             ) as rebuild,
             Progress(console=console) as progress,
         ):
@@ -110,7 +116,7 @@ def replay(
         raise click.ClickException(
             f"{exc}; pass --force to rebuild them from offset 0, or --from-time to continue them"
         ) from exc
-    except (RebuildError, StateDirBusy) as exc:
+    except (RebuildError, StateDirBusy, TopicSettingError) as exc:
         raise click.ClickException(str(exc)) from exc
     except KafkaException as exc:
         raise click.ClickException(f"{exc}; is the broker up?") from exc
