@@ -8,7 +8,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from processor.cli.options import machine_path_option
+from processor.cli.options import machine_path_option, option
 from processor.engine.machine import Machine
 from processor.engine.parse import MachineFileError, lint_machine_text
 from processor.engine.render import mermaid, table_rows
@@ -125,7 +125,13 @@ def _load_for_diff(which: str) -> MachineSpec:
 @machines.command("diff")
 @click.argument("old")
 @click.argument("new")
-@click.option("--json", "as_json", is_flag=True, help="Print the changes as a JSON list.")
+@option(
+    "--json",
+    "as_json",
+    env="MACHINES_DIFF_JSON",
+    is_flag=True,
+    help="Print the changes as a JSON list.",
+)
 def diff_machines(old: str, new: str, as_json: bool) -> None:
     """Name every change from machine OLD to NEW and whether it breaks runs in flight.
 
