@@ -25,6 +25,7 @@ class TopicNames:
     changelog: str
     alerts: str
     heartbeats: str
+    machines: str
 
     @classmethod
     def with_prefix(cls, prefix: str = DEFAULT_PREFIX) -> "TopicNames":
@@ -36,10 +37,22 @@ class TopicNames:
             changelog=f"{prefix}runs-changelog",
             alerts=f"{prefix}alerts",
             heartbeats=f"{prefix}heartbeats",
+            machines=f"{prefix}machines",
         )
 
 
-ROLES = ("proposals", "transitions", "rejections", "dlq", "changelog", "alerts", "heartbeats")
+ROLES = (
+    "proposals",
+    "transitions",
+    "rejections",
+    "dlq",
+    "changelog",
+    "alerts",
+    "heartbeats",
+    "machines",
+)
+#: Compacted: each key's latest record is kept however old, so no retention time.
+COMPACTED = ("changelog", "machines")
 FOREVER = -1
 DAY_MS = 24 * 3600 * 1000
 
@@ -83,6 +96,11 @@ def parse_retention(items: Iterable[str]) -> dict[str, int]:
                 "the changelog is compacted: it keeps each run's latest snapshot, however "
                 "old, and restores the stores from it, so it takes no retention time (one "
                 "would drop the runs that have not changed lately)"
+            )
+        if role == "machines":
+            raise TopicSettingError(
+                "the machines topic is compacted: it keeps every machine version a run may "
+                "be pinned to, however old, so it takes no retention time"
             )
         if role not in DEFAULT_RETENTION_MS:
             raise TopicSettingError(
@@ -188,6 +206,9 @@ def plan_topics(
         plan("changelog", {"cleanup.policy": "compact", **isr}),
         plan("alerts", kept("alerts")),
         plan("heartbeats", kept("heartbeats")),
+        # Every machine version, keyed <name>@<version> (processor/versions.py): one
+        # partition, read whole by every worker and auditor at start.
+        TopicPlan(names.machines, "machines", 1, replication, {"cleanup.policy": "compact", **isr}),
     ]
 
 

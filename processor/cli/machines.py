@@ -8,12 +8,14 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from processor.cli.options import machine_path_option, option
-from processor.engine.machine import Machine
+from processor.cli.options import KafkaContext, machine_path_option, option, pass_kafka
+from processor.engine.machine import Catalog, Machine
 from processor.engine.parse import MachineFileError, lint_machine_text
 from processor.engine.render import mermaid, table_rows
+from processor.errors import WorkerError
 from processor.machine_diff import diff
 from processor.machines import builtin_machines, load_catalog, load_machine_file
+from processor.versions import deployed_catalog, published, version_key
 from schemas.machine import MachineSpec
 
 
@@ -29,6 +31,44 @@ def catalog(paths: tuple[Path, ...]) -> dict[str, Machine]:
         return load_catalog(paths)
     except MachineFileError as exc:
         raise click.ClickException(f"cannot load machines:\n{exc}") from exc
+
+
+def catalog_with_versions(paths: tuple[Path, ...], kafka: KafkaContext) -> Catalog:
+    """`catalog(paths)` plus every version published on the machines topic: what
+    replay, verify and point-in-time reads decide each run by (its pinned version)."""
+    try:
+        return deployed_catalog(paths, kafka.settings, kafka.topics.machines, publish_local=False)
+    except MachineFileError as exc:
+        raise click.ClickException(f"cannot load machines:\n{exc}") from exc
+
+
+@machines.command("publish")
+@machine_path_option
+@pass_kafka
+def publish_machines(machine_paths: tuple[Path, ...], kafka: KafkaContext) -> None:
+    """Publish the built-in machines and your files (--machine-path) as versions on the
+    machines topic, so every worker and auditor holds them (a worker also publishes its
+    own when it starts). Prints the <name>@<version> published, as JSON."""
+    local = catalog(machine_paths)
+    try:
+        before = {version_key(m) for m in published(kafka.settings, kafka.topics.machines)}
+        fresh = [m for m in local.values() if version_key(m) not in before]
+        deployed_catalog(machine_paths, kafka.settings, kafka.topics.machines)
+    except WorkerError as exc:
+        raise click.ClickException(str(exc)) from exc
+    print(json.dumps({"published": [version_key(m).decode() for m in fresh]}))
+
+
+@machines.command("versions")
+@pass_kafka
+def list_versions(kafka: KafkaContext) -> None:
+    """Every machine version on the machines topic, as JSON: name, version, label."""
+    found = published(kafka.settings, kafka.topics.machines)
+    rows = [
+        {"machine": m.name, "version": m.version, "label": m.spec.label}
+        for m in sorted(found, key=lambda m: (m.name, m.version))
+    ]
+    print(json.dumps(rows, indent=2))
 
 
 @machines.command("list")

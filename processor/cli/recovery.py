@@ -12,7 +12,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from processor.audit import Finding, verify_partition, verify_runs_across_partitions
-from processor.cli.machines import catalog
+from processor.cli.machines import catalog_with_versions
 from processor.cli.options import (
     KafkaContext,
     group_id_option,
@@ -79,7 +79,7 @@ def replay(
     default min(3, brokers)). Stop the worker using --state-dir first.
     """
     console = Console()
-    machines = catalog(machine_paths)
+    machines = catalog_with_versions(machine_paths, kafka)
     since = parse_time(from_time) if from_time else None
     table = Table("partition", "transitions read", "applied", "runs", "problems")
     problems = 0
@@ -148,7 +148,7 @@ def verify(
     """
     console = Console()
     settings, topics = kafka.settings, kafka.topics
-    machines = catalog(machine_paths)
+    machines = catalog_with_versions(machine_paths, kafka)
     try:
         keyring = load_keyring(keyring_file, os.environ.get("RUNSTATE_KEYRING"))
     except KeyringError as exc:

@@ -12,7 +12,7 @@ from confluent_kafka import Consumer, TopicPartition
 from rich.console import Console
 from rich.table import Table
 
-from processor.cli.machines import catalog
+from processor.cli.machines import catalog_with_versions
 from processor.cli.options import (
     KafkaContext,
     keyring_file_option,
@@ -204,7 +204,7 @@ def get(
             raise click.ClickException(str(exc)) from exc
     else:
         at_ms = None if at_time is None else parse_time(at_time)
-        machines = catalog(machine_paths)
+        machines = catalog_with_versions(machine_paths, kafka)
         try:
             snapshot = run_as_of(
                 kafka.settings, kafka.topics, machines, run_id, at_ms=at_ms, at_offset=at_offset

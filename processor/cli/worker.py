@@ -27,9 +27,9 @@ from processor.engine.parse import MachineFileError
 from processor.errors import ClientBroken, WorkerError
 from processor.keyring import KeyringError, load_keyring
 from processor.logs import FORMATS, setup_logging
-from processor.machines import load_catalog
 from processor.runtime.http import serve
 from processor.runtime.worker import Worker
+from processor.versions import deployed_catalog
 
 
 @click.command()
@@ -152,7 +152,9 @@ def worker(
     try:
         settings = kafka.settings
         keyring = load_keyring(keyring_file, os.environ.get("RUNSTATE_KEYRING"))
-        machines = load_catalog(machine_paths)
+        # The versions new runs get (these files), and every version published before
+        # for the runs pinned to them; these are published for the other workers.
+        machines = deployed_catalog(machine_paths, settings, kafka.topics.machines)
         config = WorkerConfig(
             kafka=settings,
             topics=kafka.topics,

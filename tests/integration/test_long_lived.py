@@ -2,6 +2,10 @@
 proposal ids remembered for the run's life, and records a foreign partitioner put in
 the wrong partition. On the real broker, over both runtimes."""
 
+import json
+import os
+import subprocess
+import sys
 import time
 import uuid
 import zlib
@@ -196,9 +200,121 @@ def test_topics_recreated_under_a_kept_state_directory(env: Env, runtime: str) -
     finally:
         client.close()
         assert again.terminate() == 0, again.log()
-    assert "discarding the stores" in again.log()
+    assert "discarding the stores" in again.log_path.read_text(errors="replace")
     _recreate(env, 6)
     grown = WorkerProcess(env, env.tmp / "w1", runtime=runtime)
     assert grown.wait(90) != 0, grown.log()
-    assert "has 6 partitions, but the state" in grown.log()
-    assert "murmur2" in grown.log()
+    log = grown.log_path.read_text(errors="replace")
+    assert "has 6 partitions, but the state" in log and "murmur2" in log
+
+
+V1_TEXT = (
+    (Path(__file__).parents[2] / "processor/machines/task_lifecycle.yaml")
+    .read_text()
+    .replace("name: task_lifecycle", "name: deploy_task")
+)
+# The next deploy's edit: approvals come from the tool executor, and `blocked` is gone.
+V2_TEXT = "\n".join(
+    line
+    for line in V1_TEXT.replace(
+        "approval_granted: {authorities: [approver]}",
+        "approval_granted: {authorities: [tool_executor]}",
+    )
+    .replace("paused, blocked, retrying", "paused, retrying")
+    .replace("name: deploy_task", "name: deploy_task\nlabel: tools approve")
+    .splitlines()
+    if not any(d in line for d in ("to: blocked", "from: blocked", "state: blocked"))
+)
+
+
+def _cli(env: Env, *args: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("RUNSTATE_")}
+    prefix = env.topics.proposals.removesuffix("proposals")
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "processor.cli.main",
+            *args,
+            "--bootstrap-servers",
+            env.bootstrap,
+            "--topic-prefix",
+            prefix,
+        ],
+        env={**clean, "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_a_machine_edited_between_two_deploys(env: Env, runtime: str) -> None:
+    """Runs in flight go on under the version that created them, new runs get the new
+    one, `migrate` moves one run and refuses another, and `verify` and `get --at` stay
+    right: every version reaches every worker and auditor through the machines topic."""
+    folder = env.tmp / "machines"
+    folder.mkdir()
+    (folder / "deploy_task.yaml").write_text(V1_TEXT)
+    first = WorkerProcess(env, env.tmp / "w1", "--machine-path", str(folder), runtime=runtime)
+    agent, tool, approver = env.client(), env.client("tool"), env.client("approver")
+    try:
+        first.wait_ready(partitions=3)
+        created = {}
+        for run_id in ("old-1", "old-2", "old-3"):
+            created[run_id] = agent.create_and_wait(run_id, "deploy_task", deadlines=SLOW)
+            assert isinstance(agent.propose_and_wait(run_id, "start"), Transition)
+        paused = agent.propose_and_wait("old-1", "pause_for_approval")
+        assert isinstance(paused, Transition)
+        assert isinstance(agent.propose_and_wait("old-3", "block_on_dependency"), Transition)
+        v1 = created["old-1"]
+        assert isinstance(v1, Transition) and v1.machine_version is not None
+        assert first.terminate() == 0, first.log()
+
+        (folder / "deploy_task.yaml").write_text(V2_TEXT)  # the second deploy
+        second = WorkerProcess(env, env.tmp / "w2", "--machine-path", str(folder), runtime=runtime)
+        try:
+            second.wait_ready(partitions=3)
+            # old-1 is decided by the version it was created with: approvers approve
+            refused = tool.propose_and_wait("old-1", "approval_granted")
+            assert isinstance(refused, Rejection) and refused.code is RejectionCode.UNAUTHORIZED
+            approved = approver.propose_and_wait("old-1", "approval_granted")
+            assert isinstance(approved, Transition), approved
+            assert approved.machine_version == v1.machine_version
+            # a new run gets the new version: tools approve
+            new = agent.create_and_wait("new-1", "deploy_task", deadlines=SLOW)
+            assert isinstance(new, Transition) and new.machine_version != v1.machine_version
+            v2 = new.machine_version
+            agent.propose_and_wait("new-1", "start")
+            agent.propose_and_wait("new-1", "pause_for_approval")
+            no = approver.propose_and_wait("new-1", "approval_granted")
+            assert isinstance(no, Rejection) and no.code is RejectionCode.UNAUTHORIZED
+            assert isinstance(tool.propose_and_wait("new-1", "approval_granted"), Transition)
+            # migrate: old-2 (running) moves; old-3 (blocked: gone in v2) is refused
+            moved = agent.propose_and_wait("old-2", "migrate", payload={"version": v2})
+            assert isinstance(moved, Transition) and moved.machine_version == v2, moved
+            stuck = agent.propose_and_wait("old-3", "migrate", payload={"version": v2})
+            assert isinstance(stuck, Rejection), stuck
+            assert stuck.code is RejectionCode.INCOMPATIBLE_VERSION
+            assert "'blocked' does not exist" in stuck.detail
+            resolved = agent.propose_and_wait("old-3", "dependency_resolved")  # still v1
+            assert isinstance(resolved, Transition) and resolved.to_state == "running"
+        finally:
+            assert second.terminate() == 0, second.log()
+    finally:
+        for client in (agent, tool, approver):
+            client.close()
+    # auditors hold only the new file, and learn v1 from the machines topic
+    versions = json.loads(_cli(env, "machines", "versions").stdout)
+    assert {(v["machine"], v["version"]) for v in versions} >= {
+        ("deploy_task", v1.machine_version),
+        ("deploy_task", v2),
+    }
+    verified = _cli(
+        env, "verify", "--keyring-file", str(env.keyring_path), "--machine-path", str(folder)
+    )
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    then = _cli(env, "get", "old-1", "--at", str(paused.at_ms), "--machine-path", str(folder))
+    assert then.returncode == 0, then.stderr
+    assert json.loads(then.stdout)["state"] == "paused"
+    now = _cli(env, "get", "old-1", "--at", "9" * 13, "--machine-path", str(folder))
+    assert json.loads(now.stdout)["machine_version"] == v1.machine_version

@@ -14,6 +14,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from processor.cli.main import cli
 from processor.topics import (
+    COMPACTED,
     DAY_MS,
     DEFAULT_RETENTION_MS,
     FOREVER,
@@ -92,7 +93,7 @@ class FakeCluster:
 def test_every_role_has_a_plan_and_a_documented_retention() -> None:
     plans = {p.role: p for p in plan_topics(NAMES, 6, 3)}
     assert tuple(plans) == ROLES
-    assert set(DEFAULT_RETENTION_MS) == set(ROLES) - {"changelog"}
+    assert set(DEFAULT_RETENTION_MS) == set(ROLES) - set(COMPACTED)
     for role in ("proposals", "transitions"):  # read from offset 0 by replay and verify
         assert plans[role].config["retention.ms"] == "-1"
         assert plans[role].config["retention.bytes"] == "-1"
@@ -100,9 +101,11 @@ def test_every_role_has_a_plan_and_a_documented_retention() -> None:
     assert plans["alerts"].config["retention.ms"] == str(7 * DAY_MS)
     assert plans["dlq"].config["retention.ms"] == str(30 * DAY_MS)
     assert plans["heartbeats"].config["retention.ms"] == str(DAY_MS)
-    assert plans["changelog"].config["cleanup.policy"] == "compact"
-    assert "retention.ms" not in plans["changelog"].config
-    for role in set(ROLES) - {"changelog"}:
+    for role in COMPACTED:
+        assert plans[role].config["cleanup.policy"] == "compact"
+        assert "retention.ms" not in plans[role].config
+    assert plans["machines"].partitions == 1  # read whole, by every worker
+    for role in set(ROLES) - set(COMPACTED):
         assert plans[role].config["cleanup.policy"] == "delete"
         if role not in ("proposals", "transitions"):
             assert "retention.bytes" not in plans[role].config
@@ -121,7 +124,8 @@ def test_replication_is_min_3_brokers_and_min_isr_follows(
     plans, chosen, counted = resolve_plans(cluster, NAMES, TopicDefaults(partitions=4))  # type: ignore[arg-type]
     assert (chosen, counted) == (replication, brokers)
     for plan in plans:
-        assert plan.replication == replication and plan.partitions == 4
+        assert plan.replication == replication
+        assert plan.partitions == (1 if plan.role == "machines" else 4)
         assert plan.config.get("min.insync.replicas") == min_isr
 
 
@@ -212,7 +216,7 @@ def test_cli_create_json_with_cluster_defaults(cluster: FakeCluster) -> None:
     assert topics["transitions"]["config"]["retention.ms"] == "86400000"
     assert "retention.bytes" not in topics["transitions"]["config"]
     assert {t["outcome"] for t in topics.values()} == {"created"}
-    assert {t["partitions"] for t in topics.values()} == {3}
+    assert {t["partitions"] for name, t in topics.items() if not name.endswith("machines")} == {3}
     assert cluster.topics["runstate.dlq"].replication_factor == 3
 
     # Describing with other settings than created: drift, exit 1, in JSON too.
@@ -291,4 +295,4 @@ def test_cli_a_factor_over_the_brokers_is_a_clear_error(cluster: FakeCluster) ->
     assert "--replication-factor no larger than its brokers" in result.output
     again = CliRunner().invoke(cli, ["topics", "create", "--json"])
     assert again.exit_code == 0
-    assert CliRunner().invoke(cli, ["topics", "create"]).output.count(": exists") == 7
+    assert CliRunner().invoke(cli, ["topics", "create"]).output.count(": exists") == len(ROLES)
