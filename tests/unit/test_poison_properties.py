@@ -34,7 +34,8 @@ from processor.outputs import (
     Source,
     outcome_records,
 )
-from processor.pipeline import DeadLetterReason, Outcome, Seen, decide_record
+from processor.partitioning import partition_for
+from processor.pipeline import DeadLetterReason, Outcome, Placement, Seen, decide_record
 from processor.punctuator import FIRED_CHANGELOG_PREFIX, NOT_FIRED, Fired
 from processor.runtime.store import InState, PartitionStore, PartitionTransaction
 from processor.topics import TopicNames
@@ -357,6 +358,7 @@ def _decide(
     max_bytes: int,
     max_state_bytes: int,
     seen: Seen = lambda _run, _proposal: None,
+    placement: Placement | None = None,
 ) -> Outcome:
     return decide_record(
         key,
@@ -367,7 +369,7 @@ def _decide(
         machines=MACHINES,
         lookup=lookup,
         seen=seen,
-        placement=None,
+        placement=placement,
         max_bytes=max_bytes,
         max_state_bytes=max_state_bytes,
     )
@@ -496,6 +498,7 @@ def test_no_record_stops_the_pipeline(data: st.DataObject) -> None:
     main = data.draw(st.text(ID_CHAR, min_size=1, max_size=8), label="main run id")
     others = data.draw(st.lists(run_id_candidates, max_size=3), label="other run ids")
     snapshots: dict[str, RunSnapshot] = {}
+    partitions = data.draw(st.sampled_from([1, 2, 3, 7]), label="partitions")
     at_ms = NOW
     for seq in range(data.draw(st.integers(1, 40), label="records")):
         run_id = main
@@ -505,16 +508,28 @@ def test_no_record_stops_the_pipeline(data: st.DataObject) -> None:
         current = snapshots.get(sent) if isinstance(sent, str) else None
         key, value, headers, sent = data.draw(records(run_id, current, seq, max_bytes))
         at_ms += data.draw(st.sampled_from([0, 1, 1, 1_000, 1_000, 2_000_000]))
-        outcome = _decide(key, value, headers, at_ms, snapshots.get, max_bytes, max_state_bytes)
-        assert _decide(key, value, headers, at_ms, snapshots.get, max_bytes, max_state_bytes) == (
-            outcome
-        ), "the same record must get the same outcome"
+        # Most records where murmur2 of the run id puts them; some where another
+        # partitioner (or a grown topic) would.
+        home = partition_for(sent, partitions) if isinstance(sent, str) and sent else 0
+        misplaced = data.draw(st.integers(0, 5), label="misplaced") == 0
+        partition = data.draw(st.integers(0, partitions - 1)) if misplaced else home
+        placed = Placement(partition, partitions)
+        args = (key, value, headers, at_ms, snapshots.get, max_bytes, max_state_bytes)
+        outcome = _decide(*args, placement=placed)
+        assert _decide(*args, placement=placed) == outcome, (
+            "the same record must get the same outcome"
+        )
+        if isinstance(outcome, Commit | Beat):
+            assert partition == home, f"decided in partition {partition}, its home is {home}"
+        if isinstance(outcome, Rejection) and outcome.code is RejectionCode.WRONG_PARTITION:
+            assert partition != home
         source = Source(SOURCE_TOPIC, 3, seq, key, value, at_ms)
         check_outcome(outcome, source, sent, limits, max_state_bytes)
         hypothesis.event(_kind(outcome))
         if isinstance(outcome, Commit):
             before = snapshots.get(outcome.snapshot.run_id)
             assert outcome.snapshot.revision == (0 if before is None else before.revision + 1)
+        if isinstance(outcome, Commit | Beat):
             snapshots[outcome.snapshot.run_id] = outcome.snapshot
 
 
