@@ -164,28 +164,9 @@ def decide(
             snapshot,
             now_ms,
         )
-    if proposal.expected_revision is not None and proposal.expected_revision != snapshot.revision:
-        return _reject(
-            Code.REVISION_CONFLICT,
-            f"expected revision {proposal.expected_revision} but the run is at "
-            f"{snapshot.revision}; read the run again and re-decide",
-            proposal,
-            principal,
-            snapshot,
-            now_ms,
-        )
-    moved = _moved_deadline(snapshot, proposal, now_ms)
-    if moved is not None:
-        return _reject(Code.REVISION_CONFLICT, moved, proposal, principal, snapshot, now_ms)
-    if snapshot.state in machine.terminal:
-        return _reject(
-            Code.TERMINAL_STATE,
-            f"run is in terminal state '{snapshot.state}' and never changes",
-            proposal,
-            principal,
-            snapshot,
-            now_ms,
-        )
+    stale = _stale_or_finished(machine, snapshot, proposal, principal, now_ms)
+    if stale is not None:
+        return stale
 
     overdue = _overdue_deadline(machine, snapshot, now_ms)
     if overdue is not None and overdue.event != event:
@@ -403,25 +384,9 @@ def _decide_migrate(
             snapshot,
             now_ms,
         )
-    if proposal.expected_revision is not None and proposal.expected_revision != snapshot.revision:
-        return _reject(
-            Code.REVISION_CONFLICT,
-            f"expected revision {proposal.expected_revision} but the run is at "
-            f"{snapshot.revision}; read the run again and re-decide",
-            proposal,
-            principal,
-            snapshot,
-            now_ms,
-        )
-    if snapshot.state in machine.terminal:
-        return _reject(
-            Code.TERMINAL_STATE,
-            f"run is in terminal state '{snapshot.state}' and never changes",
-            proposal,
-            principal,
-            snapshot,
-            now_ms,
-        )
+    stale = _stale_or_finished(machine, snapshot, proposal, principal, now_ms)
+    if stale is not None:
+        return stale
     target = machine_for(machines, machine.name, target_version)
     if target is None:
         return _reject(
@@ -627,6 +592,37 @@ def _overdue_deadline(machine: Machine, snapshot: RunSnapshot, now_ms: int) -> T
         if edge is not None and (not edge.guards or _failed_guard(edge, snapshot) is None):
             found = timer
     return found
+
+
+def _stale_or_finished(
+    machine: Machine, snapshot: RunSnapshot, proposal: Proposal, principal: Principal, now_ms: int
+) -> Rejection | None:
+    """revision_conflict when the proposal was made against another state of the run (its
+    expected revision, or a deadline a heartbeat moved since), terminal_state when the
+    run is finished."""
+    if proposal.expected_revision is not None and proposal.expected_revision != snapshot.revision:
+        return _reject(
+            Code.REVISION_CONFLICT,
+            f"expected revision {proposal.expected_revision} but the run is at "
+            f"{snapshot.revision}; read the run again and re-decide",
+            proposal,
+            principal,
+            snapshot,
+            now_ms,
+        )
+    moved = _moved_deadline(snapshot, proposal, now_ms)
+    if moved is not None:
+        return _reject(Code.REVISION_CONFLICT, moved, proposal, principal, snapshot, now_ms)
+    if snapshot.state in machine.terminal:
+        return _reject(
+            Code.TERMINAL_STATE,
+            f"run is in terminal state '{snapshot.state}' and never changes",
+            proposal,
+            principal,
+            snapshot,
+            now_ms,
+        )
+    return None
 
 
 def _moved_deadline(snapshot: RunSnapshot, proposal: Proposal, now_ms: int) -> str | None:

@@ -1,7 +1,10 @@
 """Drive real worker processes and read back what they published, for integration tests."""
 
 import json
+import os
 import random
+import subprocess
+import sys
 import time
 import uuid
 from collections import Counter, defaultdict
@@ -52,6 +55,31 @@ def make_env(bootstrap: str, topics: TopicNames, tmp: Path) -> Env:
     path = tmp / "keyring.json"
     path.write_text(dump_keyring(keyring))
     return Env(bootstrap, topics, keyring, path, tmp)
+
+
+def runstate(env: Env, *args: str) -> subprocess.CompletedProcess[str]:
+    """`runstate ARGS` against the test's broker and topics, with no RUNSTATE_* of the
+    caller's environment in the way."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("RUNSTATE_")}
+    clean["COLUMNS"] = "200"
+    prefix = env.topics.proposals.removesuffix("proposals")
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "processor.cli.main",
+            *args,
+            "--bootstrap-servers",
+            env.bootstrap,
+            "--topic-prefix",
+            prefix,
+        ],
+        cwd=ROOT,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 class WorkerProcess(ProductWorkerProcess):

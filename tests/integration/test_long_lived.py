@@ -3,9 +3,6 @@ proposal ids remembered for the run's life, and records a foreign partitioner pu
 the wrong partition. On the real broker, over both runtimes."""
 
 import json
-import os
-import subprocess
-import sys
 import time
 import uuid
 import zlib
@@ -21,7 +18,7 @@ from processor.partitioning import partition_for
 from processor.topics import TopicNames, create_topics, plan_topics
 from schemas.codes import RejectionCode
 from schemas.messages import Heartbeat, Proposal, Rejection, Transition
-from tests.integration.harness import Env, WorkerProcess, make_env, published
+from tests.integration.harness import Env, WorkerProcess, make_env, published, runstate
 
 M = "task_lifecycle"
 SLOW = {"heartbeat_timeout_ms": 600_000, "retry_backoff_ms": 600_000}
@@ -227,27 +224,6 @@ V2_TEXT = "\n".join(
 )
 
 
-def _cli(env: Env, *args: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("RUNSTATE_")}
-    prefix = env.topics.proposals.removesuffix("proposals")
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "processor.cli.main",
-            *args,
-            "--bootstrap-servers",
-            env.bootstrap,
-            "--topic-prefix",
-            prefix,
-        ],
-        env={**clean, "COLUMNS": "200"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
 def test_a_machine_edited_between_two_deploys(env: Env, runtime: str) -> None:
     """Runs in flight go on under the version that created them, new runs get the new
     one, `migrate` moves one run and refuses another, and `verify` and `get --at` stay
@@ -304,17 +280,17 @@ def test_a_machine_edited_between_two_deploys(env: Env, runtime: str) -> None:
         for client in (agent, tool, approver):
             client.close()
     # auditors hold only the new file, and learn v1 from the machines topic
-    versions = json.loads(_cli(env, "machines", "versions").stdout)
+    versions = json.loads(runstate(env, "machines", "versions").stdout)
     assert {(v["machine"], v["version"]) for v in versions} >= {
         ("deploy_task", v1.machine_version),
         ("deploy_task", v2),
     }
-    verified = _cli(
+    verified = runstate(
         env, "verify", "--keyring-file", str(env.keyring_path), "--machine-path", str(folder)
     )
     assert verified.returncode == 0, verified.stdout + verified.stderr
-    then = _cli(env, "get", "old-1", "--at", str(paused.at_ms), "--machine-path", str(folder))
+    then = runstate(env, "get", "old-1", "--at", str(paused.at_ms), "--machine-path", str(folder))
     assert then.returncode == 0, then.stderr
     assert json.loads(then.stdout)["state"] == "paused"
-    now = _cli(env, "get", "old-1", "--at", "9" * 13, "--machine-path", str(folder))
+    now = runstate(env, "get", "old-1", "--at", "9" * 13, "--machine-path", str(folder))
     assert json.loads(now.stdout)["machine_version"] == v1.machine_version

@@ -1,10 +1,7 @@
 """Recovery and audit by replaying offsets: replay, get --at, verify."""
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,11 +12,11 @@ from confluent_kafka.admin import AdminClient
 from processor.topics import TopicNames
 from schemas.messages import RunSnapshot, Transition
 from tests.integration.harness import (
-    ROOT,
     Env,
     WorkerProcess,
     make_env,
     published,
+    runstate,
     send,
     wait_for_outcomes,
     workload,
@@ -29,28 +26,6 @@ from tests.integration.harness import (
 @pytest.fixture
 def env(kafka_bootstrap: str, topic_names: TopicNames, tmp_path: Path) -> Env:
     return make_env(kafka_bootstrap, topic_names, tmp_path)
-
-
-def runstate(env: Env, *args: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("RUNSTATE_")}
-    clean["COLUMNS"] = "200"
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "processor.cli.main",
-            *args,
-            "--bootstrap-servers",
-            env.bootstrap,
-            "--topic-prefix",
-            env.topics.proposals.removesuffix("proposals"),
-        ],
-        cwd=ROOT,
-        env=clean,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def _run_workload(env: Env, runs: int = 300, proposals: int = 3_000) -> None:
