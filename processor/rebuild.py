@@ -8,6 +8,7 @@ CLI shows the progress and the results.
 """
 
 import dataclasses
+import logging
 import os
 import shutil
 from collections.abc import Iterator, Mapping
@@ -15,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from processor.config import KafkaSettings
@@ -23,11 +24,13 @@ from processor.engine import Machine
 from processor.outputs import INDEX_HEADER, revision_header, snapshot_index
 from processor.partitioning import partition_for
 from processor.readback import offset_for_time, read_partition
-from processor.replay import Replayed, ReplayProblem, apply_transitions
+from processor.replay import Replayed, ReplayProblem, apply_heartbeats, apply_transitions
 from processor.runtime.statedir import StateDir
 from processor.runtime.store import PartitionStore, TransitionRecord
 from processor.topics import TopicDefaults, TopicNames, provision_topics
-from schemas.messages import RunSnapshot, Transition
+from schemas.messages import Heartbeat, RunSnapshot, Transition
+
+log = logging.getLogger("runstate.rebuild")
 
 
 class RebuildError(RuntimeError):
@@ -87,6 +90,9 @@ class StoreRebuild:
     def root(self) -> Path:
         return self.state.root
 
+    def _heartbeats(self, p: int, first_ms: int | None) -> list[Heartbeat]:
+        return _read_heartbeats(self.settings, self.topics.heartbeats, p, first_ms)
+
     def partition(self, p: int) -> PartitionRebuilt:
         """Replay partition `p`'s transitions onto its store (emptied, or as it is when
         continuing from `since_ms`), republish the snapshots of the runs that changed to
@@ -106,6 +112,9 @@ class StoreRebuild:
             pairs = [(Transition.model_validate_json(r.value or b""), r.offset) for r in records]
             result = apply_transitions(self.machines, pairs, start)
             changed = {t.run_id for t, _ in pairs}
+            changed |= apply_heartbeats(
+                self.machines, result.snapshots, self._heartbeats(p, first_ms=since)
+            )
             snapshots = [
                 (
                     run_id.encode(),
@@ -128,6 +137,20 @@ class StoreRebuild:
         finally:
             store.close()
         return PartitionRebuilt(p, len(records), result, len(snapshots))
+
+
+def _read_heartbeats(
+    settings: KafkaSettings, topic: str, partition: int, since_ms: int | None
+) -> list[Heartbeat]:
+    """The heartbeats topic's answers in `partition` (from `since_ms`): none when the
+    topic does not exist (topics created before heartbeats had one)."""
+    try:
+        first = 0 if since_ms is None else offset_for_time(settings, topic, partition, since_ms)
+        records = read_partition(settings, topic, partition, first)
+    except KafkaException as exc:
+        log.warning("heartbeats not read from %s[%d]: %s", topic, partition, exc)
+        return []
+    return [Heartbeat.model_validate_json(r.value) for r in records if r.value is not None]
 
 
 @contextmanager

@@ -10,8 +10,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from processor.engine import Commit, Machine, alive_at, decide
-from processor.engine.machine import with_current
-from schemas.messages import Proposal, Rejection, RunSnapshot, Transition
+from processor.engine.machine import machine_for, with_current
+from schemas.messages import Heartbeat, Proposal, Rejection, RunSnapshot, Transition
 
 
 @dataclass
@@ -119,3 +119,25 @@ def apply_transitions(
         result.snapshots[transition.run_id] = decision.snapshot
         result.applied += 1
     return result
+
+
+def apply_heartbeats(
+    machines: Mapping[str, Machine],
+    snapshots: dict[str, RunSnapshot],
+    heartbeats: Iterable[Heartbeat],
+) -> set[str]:
+    """Bring the runs' liveness up to the heartbeats taken since their latest transition
+    (the heartbeats topic's answers; heartbeats are not transitions), so that a rebuild
+    does not let a live run's heartbeat deadline fall due early. Returns the runs moved."""
+    moved: set[str] = set()
+    for beat in heartbeats:
+        snapshot = snapshots.get(beat.run_id)
+        if snapshot is None or (beat.revision, beat.state) != (snapshot.revision, snapshot.state):
+            continue  # a beat of an earlier revision: the transitions after it decide
+        if beat.at_ms < snapshot.updated_at_ms or beat.at_ms <= (snapshot.heartbeat_at_ms or 0):
+            continue
+        machine = machine_for(machines, snapshot.machine, snapshot.machine_version)
+        if machine is not None:
+            snapshots[beat.run_id] = alive_at(machine, snapshot, beat.at_ms)
+            moved.add(beat.run_id)
+    return moved

@@ -20,14 +20,14 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 from processor.config import KafkaSettings
-from processor.engine import Commit
+from processor.engine import Beat, Commit
 from processor.machines import builtin_machines
 from processor.outputs import is_run_key
 from processor.partitioning import partition_for
 from processor.pipeline import DeadLetterReason
 from processor.readback import read_topics
 from processor.replay import apply_transitions
-from schemas.messages import DeadLetter, Rejection, RunSnapshot, Transition
+from schemas.messages import DeadLetter, Heartbeat, Rejection, RunSnapshot, Transition
 from tests.integration.harness import Env, WorkerProcess, decided_records
 
 Signature = tuple[Any, ...]
@@ -83,6 +83,9 @@ def oracle(env: Env) -> Oracle:
         if isinstance(outcome, Commit):
             state[outcome.snapshot.run_id] = outcome.snapshot
             expected[("transition", outcome.transition.proposal_id)] += 1
+        elif isinstance(outcome, Beat):
+            state[outcome.snapshot.run_id] = outcome.snapshot
+            expected[("heartbeat", outcome.heartbeat.proposal_id)] += 1
         elif isinstance(outcome, DeadLetterReason):
             expected[("dlq", msg.partition(), msg.offset())] += 1
         else:
@@ -120,7 +123,7 @@ def outputs(env: Env) -> Outputs:
     transitions: list[Transition] = []
     snapshots: dict[str, RunSnapshot] = {}
     times: dict[int, list[float]] = defaultdict(list)
-    topics = [t.transitions, t.rejections, t.dlq, t.changelog]
+    topics = [t.transitions, t.rejections, t.dlq, t.changelog, t.heartbeats]
     for msg in read_topics(KafkaSettings(env.bootstrap), topics):
         topic, value = msg.topic(), msg.value()
         if topic == t.changelog:
@@ -132,6 +135,8 @@ def outputs(env: Env) -> Outputs:
             transition = Transition.model_validate_json(value)
             transitions.append(transition)
             sig = ("transition", transition.proposal_id)
+        elif topic == t.heartbeats:
+            sig = ("heartbeat", Heartbeat.model_validate_json(value).proposal_id)
         elif topic == t.rejections:
             sig = _rejection_signature(Rejection.model_validate_json(value))
         else:

@@ -27,7 +27,7 @@ from processor.readback import read_topics
 from processor.rebuild import partition_count
 from processor.runtime.process import WorkerProcess as ProductWorkerProcess
 from processor.topics import TopicNames
-from schemas.messages import Proposal, Rejection, RunSnapshot, Transition
+from schemas.messages import Heartbeat, Proposal, Rejection, RunSnapshot, Transition
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -141,7 +141,9 @@ def workload(runs: int, proposals: int, seed: int = 7) -> list[dict[str, Any]]:
             item: dict[str, Any] = {"run_id": run_id}
             edges = [e for (src, _), e in machine.edges.items() if src == state]
             roll = rng.random()
-            if state in machine.step_states and roll < 0.25:
+            if state in machine.step_states and 0.25 <= roll < 0.3:
+                item["event"], item["key"] = "heartbeat", "runtime"  # liveness, no revision
+            elif state in machine.step_states and roll < 0.25:
                 step = rng.choice(["charge", "notify"])
                 item["event"] = rng.choice(["step_started", "step_succeeded", "step_failed"])
                 item["payload"] = {
@@ -215,9 +217,11 @@ class Published:
     rejections: list[Rejection]
     dead_letters: int
     snapshots: dict[str, RunSnapshot]  # last changelog value per run
+    heartbeats: list[Heartbeat] = field(default_factory=list)
 
     def outcome_counts(self) -> Counter[str]:
         ids = [t.proposal_id for t in self.transitions]
+        ids += [h.proposal_id for h in self.heartbeats]
         ids += [r.proposal_id for r in self.rejections if r.proposal_id is not None]
         return Counter(ids)
 
@@ -225,20 +229,23 @@ class Published:
 def published(env: Env) -> Published:
     t = env.topics
     records = read_topics(
-        KafkaSettings(env.bootstrap), [t.transitions, t.rejections, t.dlq, t.changelog]
+        KafkaSettings(env.bootstrap),
+        [t.transitions, t.rejections, t.dlq, t.changelog, t.heartbeats],
     )
-    transitions, rejections, dlq, snapshots = [], [], 0, {}
+    transitions, rejections, dlq, snapshots, heartbeats = [], [], 0, {}, []
     for msg in records:
         topic = msg.topic()
         if topic == t.transitions:
             transitions.append(Transition.model_validate_json(msg.value()))
+        elif topic == t.heartbeats:
+            heartbeats.append(Heartbeat.model_validate_json(msg.value()))
         elif topic == t.rejections:
             rejections.append(Rejection.model_validate_json(msg.value()))
         elif topic == t.dlq:
             dlq += 1
         elif msg.value() is not None and is_run_key(msg.key()):
             snapshots[msg.key().decode()] = RunSnapshot.model_validate_json(msg.value())
-    return Published(transitions, rejections, dlq, snapshots)
+    return Published(transitions, rejections, dlq, snapshots, heartbeats)
 
 
 def wait_for_outcomes(
@@ -319,6 +326,7 @@ def assert_exactly_once(plan: list[dict[str, Any]], result: Published) -> None:
     assert not doubled, f"{len(doubled)} proposals with several outcomes, e.g. {doubled[:5]}"
     ids = Counter(t.transition_id for t in result.transitions)
     assert all(n == 1 for n in ids.values()), "a transition id appears twice"
+    assert not [t for t in result.transitions if t.event == "heartbeat"], "a beat committed"
 
 
 def assert_at_least_once_recognisable(plan: list[dict[str, Any]], result: Published) -> None:

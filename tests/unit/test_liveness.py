@@ -8,7 +8,7 @@ from processor.intake import signed_headers
 from processor.keyring import generate_keyring
 from processor.machines import builtin_machines
 from processor.pipeline import RunsInMemory, decide_record
-from processor.replay import apply_transitions
+from processor.replay import apply_heartbeats, apply_transitions
 from schemas import Proposal
 from schemas.codes import RejectionCode
 from tests.unit.driver import MODEL, TOOL, Driver
@@ -177,3 +177,19 @@ def test_a_history_with_heartbeats_replays_and_verifies() -> None:
         Record(0, i, b"r", t.model_dump_json().encode(), None, 0) for i, t in enumerate(transitions)
     ]
     assert verify_partition(0, proposals, records, machines=MACHINES, keyring=keyring) == []
+
+
+def test_a_rebuild_takes_the_liveness_from_the_heartbeats_answers() -> None:
+    """Replaying transitions alone leaves out the heartbeats since the latest one; the
+    heartbeats topic's answers bring the run's liveness (and its deadline) back."""
+    run = _running(tick_ms=300)
+    beats = [run.beat().heartbeat for _ in range(3)]
+    run.commit("step_started", payload={"step": "a", "idempotency_key": "a"})
+    beats += [run.beat().heartbeat for _ in range(4)]
+    replayed = apply_transitions(MACHINES, [(t, None) for t in run.history])
+    assert replayed.problems == []
+    assert replayed.snapshots["run-7"] != run.snapshot  # the last four beats are missing
+    moved = apply_heartbeats(MACHINES, replayed.snapshots, beats)
+    assert moved == {"run-7"} and replayed.snapshots["run-7"] == run.snapshot
+    # answers of an earlier revision change nothing
+    assert apply_heartbeats(MACHINES, replayed.snapshots, beats[:3]) == set()
