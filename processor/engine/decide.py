@@ -364,21 +364,21 @@ def _decide_migrate(
 ) -> Decision:
     """Move the run to another version of its machine, explicitly: the only way a run
     changes version."""
-    if principal.authority not in machine.spec.migrate_authorities:
-        return _reject(
-            Code.UNAUTHORIZED,
-            f"{principal.authority} ({principal.source}) may not migrate '{machine.name}' runs; "
-            f"allowed: {', '.join(sorted(machine.spec.migrate_authorities))}",
-            proposal,
-            principal,
-            snapshot,
-            now_ms,
-        )
     target_version = proposal.payload.get("version")
     if not isinstance(target_version, str) or set(proposal.payload) != {"version"}:
         return _reject(
             Code.SCHEMA_INVALID,
             'payload of \'migrate\' is {"version": "<machine version>"}',
+            proposal,
+            principal,
+            snapshot,
+            now_ms,
+        )
+    if principal.authority not in machine.spec.migrate_authorities:
+        return _reject(
+            Code.UNAUTHORIZED,
+            f"{principal.authority} ({principal.source}) may not migrate '{machine.name}' runs; "
+            f"allowed: {', '.join(sorted(machine.spec.migrate_authorities))}",
             proposal,
             principal,
             snapshot,
