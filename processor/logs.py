@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from pythonjsonlogger.json import JsonFormatter
 
-from processor.engine import Beat, Commit
+from processor.engine import Beat, Commit, Forget
 from processor.pipeline import DeadLetterReason
 from schemas.messages import Rejection
 
@@ -43,7 +43,9 @@ def setup_logging(level: str, fmt: str = "text") -> None:
 OUTCOMES_LOG = logging.getLogger("runstate.outcomes")
 
 
-def log_outcomes(outcomes: Iterable[Commit | Beat | Rejection | DeadLetterReason]) -> None:
+def log_outcomes(
+    outcomes: Iterable[Commit | Beat | Forget | Rejection | DeadLetterReason],
+) -> None:
     """Committed outcomes at seed 003's levels: INFO per transition, WARNING per
     rejection and DLQ record, with the fields a log pipeline indexes. Heartbeats are
     liveness, not events of the run: DEBUG."""
@@ -57,7 +59,7 @@ def log_outcomes(outcomes: Iterable[Commit | Beat | Rejection | DeadLetterReason
                 h.deadline_ms,
                 extra={"run_id": h.run_id, "proposal_id": h.proposal_id},
             )
-        elif isinstance(outcome, Commit):
+        elif isinstance(outcome, Commit | Forget):
             t = outcome.transition
             OUTCOMES_LOG.info(
                 "%s: %s -> %s on %s by %s",

@@ -14,10 +14,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from processor.engine import Beat, Commit, Machine
+from processor.engine import Beat, Commit, Forget, Machine
 from processor.pipeline import DeadLetterReason, Outcome
 from schemas.codes import RejectionCode
-from schemas.messages import Rejection, RunSnapshot
+from schemas.messages import Rejection, RunSnapshot, Transition
 
 # A run recovers when it leaves one of these for running again.
 RECOVERABLE = frozenset({"paused", "blocked", "retrying", "waiting", "waiting_approval"})
@@ -35,6 +35,7 @@ class MetricsBatch:
     rejections: list[tuple[str, Rejection]] = field(default_factory=list)
     dead_letters: int = 0
     heartbeats: list[str] = field(default_factory=list)  # machine of each
+    forgotten: list[Transition] = field(default_factory=list)  # their `forget` transitions
     alerts: list[tuple[str, str]] = field(default_factory=list)  # (machine, rule)
 
     def stage(self, previous: RunSnapshot | None, outcome: Outcome) -> None:
@@ -43,6 +44,8 @@ class MetricsBatch:
             self.transitions.append((previous, outcome))
         elif isinstance(outcome, Beat):
             self.heartbeats.append(outcome.snapshot.machine)
+        elif isinstance(outcome, Forget):
+            self.forgotten.append(outcome.transition)
         elif isinstance(outcome, DeadLetterReason):
             self.dead_letters += 1
         else:
@@ -164,6 +167,8 @@ class WorkerMetrics:
             self.dead_letters.inc(batch.dead_letters)
         for machine in batch.heartbeats:
             self.heartbeats.labels(machine).inc()
+        for t in batch.forgotten:
+            self.transitions.labels(t.machine, t.from_state or "", t.to_state, t.event).inc()
         for machine, rule in batch.alerts:
             self.alerts.labels(machine, rule).inc()
         self.checkpoint.observe(seconds)

@@ -10,10 +10,11 @@ refuse an outcome. A commit's records are bounded before that, by the pipeline's
 import base64
 import hashlib
 import json
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from processor.engine import Beat, Commit
+from processor.engine import Beat, Commit, Forget
 from processor.pipeline import DeadLetterReason, Outcome
 from processor.topics import TopicNames
 from schemas.messages import DeadLetter, Rejection, RunSnapshot, Transition
@@ -52,6 +53,26 @@ def parse_revision_header(raw: bytes) -> tuple[int, str | None]:
 #: (machine, state, entered_state_at_ms) and [(due_at_ms, revision, name), ...]
 Where = tuple[str, str, int]
 TimerMarks = list[tuple[int, int, str]]
+
+
+#: Changelog keys that are not a run's snapshot start with NUL (no run id does):
+#: fired marks (this prefix + run id) and the run's history (this prefix + run id + NUL +
+#: revision, 8 bytes big-endian; the transition as published, so a restore needs only
+#: the changelog, and a forgotten run's tombstones leave nothing of it to read).
+FIRED_CHANGELOG_PREFIX = b"\x00fired\x00"
+HISTORY_CHANGELOG_PREFIX = b"\x00history\x00"
+
+
+def history_changelog_key(run_id: str, revision: int) -> bytes:
+    return HISTORY_CHANGELOG_PREFIX + run_id.encode() + b"\x00" + struct.pack(">Q", revision)
+
+
+def parse_history_changelog_key(key: bytes) -> tuple[str, int]:
+    """(run id, revision) of a history key; ValueError when it is not one."""
+    rest = key[len(HISTORY_CHANGELOG_PREFIX) :]
+    if not key.startswith(HISTORY_CHANGELOG_PREFIX) or len(rest) < 10 or rest[-9:-8] != b"\x00":
+        raise ValueError(f"not a history key: {key[:80]!r}")
+    return rest[:-9].decode(), struct.unpack(">Q", rest[-8:])[0]
 
 
 def is_run_key(key: bytes | None) -> bool:
@@ -197,12 +218,15 @@ class Source:
     timestamp_ms: int
 
 
+Headers = list[tuple[str, str | bytes | None]]
+
+
 @dataclass(frozen=True, slots=True)
 class OutputRecord:
     topic: str
     key: bytes | None
-    value: bytes
-    headers: list[tuple[str, str | bytes | None]] | None = None
+    value: bytes | None  # None: a tombstone (compacted topics)
+    headers: Headers | None = None
 
 
 def outcome_records(
@@ -223,20 +247,37 @@ def outcome_records(
             ),
         ]
     if isinstance(outcome, Commit):
+        t = outcome.transition
         run_key = outcome.snapshot.run_id.encode()
         transition, snapshot = outcome.encoded or (
-            outcome.transition.model_dump_json().encode(),
+            t.model_dump_json().encode(),
             outcome.snapshot.model_dump_json().encode(),
         )
-        revision = revision_header(outcome.transition)
+        revision: Headers = [(REVISION_HEADER, revision_header(t))]
         return [
-            OutputRecord(topics.transitions, run_key, transition, [(REVISION_HEADER, revision)]),
+            OutputRecord(topics.transitions, run_key, transition, revision),
+            OutputRecord(
+                topics.changelog, history_changelog_key(t.run_id, t.revision), transition, revision
+            ),
             OutputRecord(
                 topics.changelog,
                 run_key,
                 snapshot,
                 [(INDEX_HEADER, snapshot_index(outcome.snapshot))],
             ),
+        ]
+    if isinstance(outcome, Forget):
+        t = outcome.transition
+        run_key = t.run_id.encode()
+        value = t.model_dump_json().encode()
+        forgotten: Headers = [(REVISION_HEADER, revision_header(t))]
+        # Tombstones: compaction then drops the run from the changelog, snapshot, fired
+        # marks and history alike.
+        gone = [run_key, FIRED_CHANGELOG_PREFIX + run_key]
+        gone += [history_changelog_key(t.run_id, r) for r in range(t.revision)]
+        return [
+            OutputRecord(topics.transitions, run_key, value, forgotten),
+            *(OutputRecord(topics.changelog, key, None) for key in gone),
         ]
     if isinstance(outcome, DeadLetterReason):
         return [dead_letter_record(topics, source, outcome.reason, limits)]

@@ -7,7 +7,7 @@ function over the proposals topic, which is why a replay reproduces every decisi
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from processor.engine import Beat, Commit, Machine, decide
+from processor.engine import Beat, Commit, Forget, Machine, decide
 from processor.intake import (
     DEFAULT_MAX_PROPOSAL_BYTES,
     Headers,
@@ -35,7 +35,7 @@ class DeadLetterReason:
     reason: str
 
 
-Outcome = Commit | Beat | Rejection | DeadLetterReason
+Outcome = Commit | Beat | Forget | Rejection | DeadLetterReason
 
 #: (run id, proposal id) -> the revision that committed it, or None.
 Seen = Callable[[str, str], int | None]
@@ -178,6 +178,12 @@ class RunsInMemory:
         return self.committed.get((run_id, proposal_id))
 
     def apply(self, outcome: Outcome) -> None:
+        if isinstance(outcome, Forget):  # the run and its dedupe memory go
+            run_id = outcome.transition.run_id
+            self.snapshots.pop(run_id, None)
+            for key in [k for k in self.committed if k[0] == run_id]:
+                del self.committed[key]
+            return
         if isinstance(outcome, Commit):
             t = outcome.transition
             self.committed[(t.run_id, t.proposal_id)] = t.revision

@@ -13,15 +13,12 @@ from typing import Protocol
 from processor.errors import WorkerError
 from processor.intake import signed_headers
 from processor.keyring import Keyring
-from processor.outputs import OutputRecord
+from processor.outputs import FIRED_CHANGELOG_PREFIX, OutputRecord
 from processor.topics import TopicNames
 from schemas.identifiers import MAX_PROPOSAL_ID_BYTES
 from schemas.messages import Alert, Proposal, RunSnapshot, Timer
 
 log = logging.getLogger("runstate.worker")
-
-#: Changelog keys of fired marks: this prefix + run id (run ids never start with NUL).
-FIRED_CHANGELOG_PREFIX = b"\x00fired\x00"
 
 
 def _mark(name: str, due_ms: int) -> str:

@@ -21,12 +21,19 @@ from confluent_kafka.admin import AdminClient
 
 from processor.config import KafkaSettings
 from processor.engine import Machine
-from processor.outputs import INDEX_HEADER, revision_header, snapshot_index
+from processor.engine.lint import FORGET_EVENT
+from processor.outputs import (
+    INDEX_HEADER,
+    REVISION_HEADER,
+    history_changelog_key,
+    revision_header,
+    snapshot_index,
+)
 from processor.partitioning import partition_for
 from processor.readback import offset_for_time, read_partition
 from processor.replay import Replayed, ReplayProblem, apply_heartbeats, apply_transitions
 from processor.runtime.statedir import StateDir
-from processor.runtime.store import PartitionStore, TransitionRecord
+from processor.runtime.store import PartitionStore
 from processor.topics import TopicDefaults, TopicNames, provision_topics
 from schemas.messages import Heartbeat, RunSnapshot, Transition
 
@@ -115,28 +122,38 @@ class StoreRebuild:
             changed |= apply_heartbeats(
                 self.machines, result.snapshots, self._heartbeats(p, first_ms=since)
             )
-            snapshots = [
-                (
-                    run_id.encode(),
-                    result.snapshots[run_id].model_dump_json().encode(),
-                    snapshot_index(result.snapshots[run_id]),
+            # Each live run's history (of its current life: a run id forgotten and created
+            # again starts afresh) and snapshot, as the worker writes them to the changelog.
+            lives: dict[str, list[tuple[Transition, bytes]]] = {}
+            for (t, _), r in zip(pairs, records, strict=True):
+                life = lives.setdefault(t.run_id, [])
+                if t.event == FORGET_EVENT:
+                    life.clear()
+                else:
+                    life.append((t, r.value or b""))
+            out: list[tuple[bytes, bytes, str, bytes]] = []
+            for run_id in sorted(changed):
+                snapshot = result.snapshots.get(run_id)
+                if snapshot is None:
+                    continue
+                for t, raw in lives.get(run_id, []):
+                    key = history_changelog_key(run_id, t.revision)
+                    out.append((key, raw, REVISION_HEADER, revision_header(t)))
+                out.append(
+                    (
+                        run_id.encode(),
+                        snapshot.model_dump_json().encode(),
+                        INDEX_HEADER,
+                        snapshot_index(snapshot),
+                    )
                 )
-                for run_id in sorted(changed)
-                if run_id in result.snapshots
-            ]
-            end = (records[-1].offset + 1) if records else first
-            changelog_end = _republish(self.producer, topics.changelog, p, snapshots)
-            offsets = {topics.transitions: end}
-            if changelog_end is not None:
-                offsets[topics.changelog] = changelog_end
-            history: list[TransitionRecord] = [
-                (t.run_id.encode(), r.value or b"", revision_header(t))
-                for (t, _), r in zip(pairs, records, strict=True)
-            ]
-            store.restore(snapshots, history, offsets)
+            changelog_end = _republish(self.producer, topics.changelog, p, out)
+            offsets = {} if changelog_end is None else {topics.changelog: changelog_end}
+            store.restore([(key, value, header) for key, value, _, header in out], offsets)
+            runs = sum(1 for key, *_ in out if not key.startswith(b"\x00"))
         finally:
             store.close()
-        return PartitionRebuilt(p, len(records), result, len(snapshots))
+        return PartitionRebuilt(p, len(records), result, runs)
 
 
 def _read_heartbeats(
@@ -189,10 +206,11 @@ def rebuild_stores(
 
 
 def _republish(
-    producer: Producer, topic: str, partition: int, snapshots: list[tuple[bytes, bytes, bytes]]
+    producer: Producer, topic: str, partition: int, records: list[tuple[bytes, bytes, str, bytes]]
 ) -> int | None:
-    """Write the snapshots to the changelog in one transaction; the next offset after."""
-    if not snapshots:
+    """Write (key, value, header name, header value) records to the changelog in one
+    transaction; the next offset after."""
+    if not records:
         return None
     last = [-1]
 
@@ -201,13 +219,13 @@ def _republish(
             last[0] = max(last[0], msg.offset())  # type: ignore[attr-defined]
 
     producer.begin_transaction()
-    for key, value, index in snapshots:
+    for key, value, header, header_value in records:
         producer.produce(
             topic,
             key=key,
             value=value,
             partition=partition,
-            headers=[(INDEX_HEADER, index)],
+            headers=[(header, header_value)],
             on_delivery=delivered,
         )
         producer.poll(0)

@@ -9,7 +9,7 @@ Reading the topic and writing the stores is `processor.rebuild`'s job.
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from processor.engine import Commit, Machine, alive_at, decide
+from processor.engine import Commit, Forget, Machine, alive_at, decide
 from processor.engine.machine import machine_for, with_current
 from schemas.messages import Heartbeat, Proposal, Rejection, RunSnapshot, Transition
 
@@ -94,11 +94,15 @@ def apply_transitions(
         decision = decide(
             deciding, current, proposal_of(transition), transition.principal, transition.at_ms
         )
+        if isinstance(decision, Forget) and decision.transition == transition:
+            del result.snapshots[transition.run_id]  # forgotten (machine retention)
+            result.applied += 1
+            continue
         if not isinstance(decision, Commit):
             why = (
                 f"{decision.code.value}: {decision.detail}"
                 if isinstance(decision, Rejection)
-                else "a heartbeat, not a transition"
+                else f"a {type(decision).__name__.lower()} where a transition was recorded"
             )
             result.problems.append(
                 ReplayProblem(

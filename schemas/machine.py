@@ -121,5 +121,11 @@ class MachineSpec(VersionedMessage):
         default_factory=lambda: ["runtime"],
         description="Who may move a run of this machine to another version of it.",
     )
+    retention_ms: Annotated[int, Field(gt=0)] | None = Field(
+        default=None,
+        description="A finished run is forgotten this long after it entered its terminal "
+        "state: removed from the stores, the changelog and the dedupe memory (its "
+        "transitions stay in the transitions topic). None: kept for ever.",
+    )
     timeouts: list[TimeoutSpec] = Field(default_factory=list)
     alerts: list[AlertSpec] = Field(default_factory=list)

@@ -1,6 +1,14 @@
 """The decision engine: machines as data and `decide`. Pure: no I/O, no clock."""
 
-from processor.engine.decide import Beat, Commit, Decision, alive_at, decide, transition_id
+from processor.engine.decide import (
+    Beat,
+    Commit,
+    Decision,
+    Forget,
+    alive_at,
+    decide,
+    transition_id,
+)
 from processor.engine.lint import CREATE_EVENT, STEP_EVENTS, LintIssue, lint
 from processor.engine.machine import Machine, MachineInvalid, compile_machine
 
@@ -10,6 +18,7 @@ __all__ = [
     "Beat",
     "Commit",
     "Decision",
+    "Forget",
     "LintIssue",
     "Machine",
     "MachineInvalid",

@@ -19,6 +19,11 @@ computed against a newer state (which would usually be `revision_conflict`). A r
 remembers every proposal it committed for its whole life: the snapshot keeps the latest
 few, and `seen` (the caller's store) answers for the rest.
 
+A finished run is forgotten by `forget`, which the worker's retention timer proposes
+once the machine's `retention_ms` has passed since the run finished: the decision is a
+`Forget` (its last transition, published; the runtime drops everything else about the
+run).
+
 A heartbeat is liveness, not a transition: it passes the same checks up to
 invalid_transition (it is recorded only in step states) and comes out as a `Beat`, the
 run's snapshot with the heartbeat deadline pushed back and its revision, transition
@@ -32,7 +37,7 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
-from processor.engine.lint import CREATE_EVENT, MIGRATE_EVENT
+from processor.engine.lint import CREATE_EVENT, FORGET_EVENT, MIGRATE_EVENT, TIMER_AUTHORITY
 from processor.engine.machine import Edge, Machine, machine_for
 from processor.engine.steps import apply_step
 from processor.engine.timers import EXPIRING, arm_timers
@@ -73,7 +78,15 @@ class Beat(NamedTuple):
     heartbeat: Heartbeat
 
 
-Decision = Commit | Beat | Rejection
+class Forget(NamedTuple):
+    """A finished run past its machine's retention is forgotten: its last transition
+    (`forget`, in the audit topic) is published and everything else about it (snapshot,
+    history, dedupe memory, timers) is dropped."""
+
+    transition: Transition
+
+
+Decision = Commit | Beat | Forget | Rejection
 
 
 def transition_id(run_id: str, revision: int) -> str:
@@ -126,6 +139,8 @@ def decide(
     event = proposal.event
     if event == MIGRATE_EVENT:
         return _decide_migrate(machines, machine, snapshot, proposal, principal, now_ms)
+    if event == FORGET_EVENT:
+        return _decide_forget(machine, snapshot, proposal, principal, now_ms)
     rule = machine.rules.get(event)
     if rule is None:
         return _reject(
@@ -412,6 +427,39 @@ def _decide_migrate(
     return _commit(target, migrated, proposal, principal, now_ms, snapshot.state)
 
 
+def _decide_forget(
+    machine: Machine, snapshot: RunSnapshot, proposal: Proposal, principal: Principal, now_ms: int
+) -> Decision:
+    """Forget a finished run once its machine's retention has passed since it finished.
+    Proposed by the worker's retention timer; time decides, as for every deadline."""
+    if principal.authority != TIMER_AUTHORITY:
+        return _reject(
+            Code.UNAUTHORIZED,
+            f"{principal.authority} ({principal.source}) may not send 'forget'; runs are "
+            f"forgotten by the {TIMER_AUTHORITY}'s retention timer",
+            proposal,
+            principal,
+            snapshot,
+            now_ms,
+        )
+    stale = _stale(snapshot, proposal, principal, now_ms)
+    if stale is not None:
+        return stale
+    retention = machine.spec.retention_ms
+    why = None
+    if snapshot.state not in machine.terminal:
+        why = f"only a finished run is forgotten; run is in '{snapshot.state}'"
+    elif retention is None:
+        why = f"machine '{machine.name}' keeps finished runs for ever (no retention_ms)"
+    elif now_ms < snapshot.entered_state_at_ms + retention:
+        why = f"the run is kept until {snapshot.entered_state_at_ms + retention}"
+    if why is not None:
+        return _reject(Code.INVALID_TRANSITION, why, proposal, principal, snapshot, now_ms)
+    return Forget(
+        _commit(machine, snapshot, proposal, principal, now_ms, snapshot.state).transition
+    )
+
+
 def _incompatibilities(target: Machine, snapshot: RunSnapshot) -> list[str]:
     """Why the run could not go on under `target`: its state is not there, or a deadline
     it has pending could not be decided there."""
@@ -597,9 +645,27 @@ def _overdue_deadline(machine: Machine, snapshot: RunSnapshot, now_ms: int) -> T
 def _stale_or_finished(
     machine: Machine, snapshot: RunSnapshot, proposal: Proposal, principal: Principal, now_ms: int
 ) -> Rejection | None:
-    """revision_conflict when the proposal was made against another state of the run (its
-    expected revision, or a deadline a heartbeat moved since), terminal_state when the
-    run is finished."""
+    """`_stale`, else terminal_state when the run is finished."""
+    stale = _stale(snapshot, proposal, principal, now_ms)
+    if stale is not None:
+        return stale
+    if snapshot.state in machine.terminal:
+        return _reject(
+            Code.TERMINAL_STATE,
+            f"run is in terminal state '{snapshot.state}' and never changes",
+            proposal,
+            principal,
+            snapshot,
+            now_ms,
+        )
+    return None
+
+
+def _stale(
+    snapshot: RunSnapshot, proposal: Proposal, principal: Principal, now_ms: int
+) -> Rejection | None:
+    """revision_conflict when the proposal was made against another state of the run: its
+    expected revision, or a deadline a heartbeat moved since."""
     if proposal.expected_revision is not None and proposal.expected_revision != snapshot.revision:
         return _reject(
             Code.REVISION_CONFLICT,
@@ -613,15 +679,6 @@ def _stale_or_finished(
     moved = _moved_deadline(snapshot, proposal, now_ms)
     if moved is not None:
         return _reject(Code.REVISION_CONFLICT, moved, proposal, principal, snapshot, now_ms)
-    if snapshot.state in machine.terminal:
-        return _reject(
-            Code.TERMINAL_STATE,
-            f"run is in terminal state '{snapshot.state}' and never changes",
-            proposal,
-            principal,
-            snapshot,
-            now_ms,
-        )
     return None
 
 

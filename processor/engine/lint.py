@@ -12,8 +12,11 @@ TIMER_AUTHORITY = "runtime"
 CREATE_EVENT = "create"
 HEARTBEAT_EVENT = "heartbeat"
 MIGRATE_EVENT = "migrate"
+FORGET_EVENT = "forget"
 STEP_EVENTS = ("step_started", "step_succeeded", "step_failed")
-RESERVED_EVENTS = frozenset((CREATE_EVENT, HEARTBEAT_EVENT, MIGRATE_EVENT, *STEP_EVENTS))
+RESERVED_EVENTS = frozenset(
+    (CREATE_EVENT, HEARTBEAT_EVENT, MIGRATE_EVENT, FORGET_EVENT, *STEP_EVENTS)
+)
 
 Path = tuple[str | int, ...]
 

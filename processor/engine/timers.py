@@ -9,6 +9,7 @@ from processor.engine.machine import Machine
 from schemas.messages import Deadlines, Timer
 
 RETRY_REASON = "retry_backoff"
+RETENTION = "retention"  # the timer, and the reason of the `forget` it proposes
 #: Deadlines that expire (a proposal after them is decided after them); named after the
 #: timeout kinds of machine files. The retry timer is a schedule, not an expiry.
 EXPIRING = frozenset({"approval", "heartbeat"})
@@ -39,9 +40,20 @@ def arm_timers(
     max_retries: int,
     deadlines: Deadlines,
 ) -> list[Timer]:
-    if state in machine.terminal:
-        return []
     spec = machine.spec
+    if state in machine.terminal:
+        if spec.retention_ms is None:
+            return []
+        return [
+            Timer(
+                kind="deadline",
+                name=RETENTION,
+                due_at_ms=entered_state_at_ms + spec.retention_ms,
+                event="forget",
+                reason=RETENTION,
+                revision=revision,
+            )
+        ]
     timers: list[Timer] = []
     for timeout in spec.timeouts:
         if timeout.state != state:

@@ -30,7 +30,7 @@ from faust.types import TP
 
 from processor.cluster import client_id
 from processor.config import WorkerConfig
-from processor.engine import Beat, Commit
+from processor.engine import Beat, Commit, Forget
 from processor.faust_runtime import datadir_of
 from processor.faust_runtime.kafka import faust_kafka_settings
 from processor.faust_runtime.observe import StateIndex, faust_metrics
@@ -40,6 +40,7 @@ from processor.faust_runtime.table import (
     SOURCE_OFFSET_HEADER,
     RunsTable,
     proposal_key,
+    proposals_prefix,
 )
 from processor.faust_runtime.timers import DueIndex, TableTimers
 from processor.faust_runtime.transport import Consumer, Transport, Unreadable
@@ -341,9 +342,17 @@ def build_app(
             run_id = (
                 outcome.snapshot.run_id
                 if isinstance(outcome, Commit | Beat)
+                else outcome.transition.run_id
+                if isinstance(outcome, Forget)
                 else getattr(outcome, "run_id", None)
             )
             previous = looked_up(run_id) if run_id else None
+            if isinstance(outcome, Forget):  # its proposal ids go with it
+                prefix = proposals_prefix(outcome.transition.run_id)
+                records += [
+                    OutputRecord(topics.changelog, key, None)
+                    for key in runs.partition_keys(partition, prefix)
+                ]
             sending = time.perf_counter()
             snapshot: OutputRecord | None = None
             for record in records:
@@ -370,12 +379,19 @@ def build_app(
             # The mark before the snapshot: a crash between them leaves the snapshot to
             # recovery, which replays every changelog record since the last one.
             delivered(message, last)
-            if snapshot is not None:
+            if isinstance(outcome, Forget):
+                for record in records:
+                    if record.topic == topics.changelog:
+                        runs.data.pop(record.key, None)
+                due_index.drop(partition, outcome.transition.run_id)
+                if previous is not None:
+                    run_states.drop(partition, previous)
+            elif snapshot is not None:
                 runs.data[snapshot.key] = snapshot.value
                 if isinstance(outcome, Commit | Beat):
                     due_index.note(partition, outcome.snapshot)
                     run_states.note(partition, previous, outcome.snapshot)
-            if isinstance(outcome, Commit):
+            if isinstance(outcome, Commit | Forget):
                 stats.transitions += 1
             elif isinstance(outcome, Beat):
                 stats.heartbeats += 1

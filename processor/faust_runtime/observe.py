@@ -63,6 +63,12 @@ class StateIndex:
         where = (snapshot.machine, snapshot.state)
         index.setdefault(where, {})[snapshot.run_id] = snapshot.entered_state_at_ms
 
+    def drop(self, partition: int, previous: RunSnapshot) -> None:
+        """A run forgotten: it is in no state any more."""
+        index = self._partitions.get(partition)
+        if index is not None:
+            index.get((previous.machine, previous.state), {}).pop(previous.run_id, None)
+
     def _runs(self, owned: Iterable[int], key: tuple[str, str]) -> Iterator[Entered]:
         for partition in owned:
             for run_id, entered in self._partitions.get(partition, {}).get(key, {}).items():

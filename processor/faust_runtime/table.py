@@ -26,7 +26,11 @@ _PROPOSAL_PREFIX = b"\x00proposal\x00"
 
 
 def proposal_key(run_id: str, proposal_id: str) -> bytes:
-    return _PROPOSAL_PREFIX + run_id.encode() + b"\x00" + proposal_id.encode()
+    return proposals_prefix(run_id) + proposal_id.encode()
+
+
+def proposals_prefix(run_id: str) -> bytes:
+    return _PROPOSAL_PREFIX + run_id.encode() + b"\x00"
 
 
 def source_offset_of(headers: Any) -> int | None:
@@ -69,6 +73,17 @@ class RunsTable(faust.Table):  # type: ignore[type-arg]
         if db is not None:  # revoked meanwhile: its new owner restores it from the changelog
             db.put(key, value)
             self.data._key_index[key] = partition  # type: ignore[attr-defined]
+
+    def partition_keys(self, partition: int, prefix: bytes) -> list[bytes]:
+        """The partition's keys that start with `prefix`, in order."""
+        db = self._partition_db(partition)
+        found: list[bytes] = []
+        if db is not None:
+            for key in db.keys(from_key=prefix):
+                if not (isinstance(key, bytes) and key.startswith(prefix)):
+                    break
+                found.append(key)
+        return found
 
     def partition_items(self, partition: int) -> Iterator[tuple[bytes, bytes]]:
         db = self._partition_db(partition)

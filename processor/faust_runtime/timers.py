@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from processor.faust_runtime.observe import Entered
-from processor.punctuator import FIRED_CHANGELOG_PREFIX, NOT_FIRED, Fired
+from processor.outputs import FIRED_CHANGELOG_PREFIX
+from processor.punctuator import NOT_FIRED, Fired
 from schemas.messages import RunSnapshot
 
 _LOCAL = b"\x00"  # keys that are not a snapshot start with NUL
@@ -117,6 +118,12 @@ class DueIndex:
         index = self._partitions.get(partition)
         if index is not None:  # otherwise the rebuild will see it
             index.put(snapshot.run_id, (t.due_at_ms for t in snapshot.timers))
+
+    def drop(self, partition: int, run_id: str) -> None:
+        """A run forgotten: no timers of it any more."""
+        index = self._partitions.get(partition)
+        if index is not None:
+            index.put(run_id, ())
 
     def due_runs(self, partition: int, now_ms: int) -> list[str]:
         """Runs with a timer due at or before `now_ms`, taken out of the index: what the

@@ -105,13 +105,8 @@ class Checkpoint:
         self.producer.commit(offsets, group_metadata)
         # The transaction is durable: now, and only now, move the local stores.
         for partition, txn in self._partitions.items():
-            txn.flush(
-                {
-                    topic: offset
-                    for topic in (self.topics.changelog, self.topics.transitions)
-                    if (offset := self.producer.next_offset(topic, partition)) is not None
-                }
-            )
+            offset = self.producer.next_offset(self.topics.changelog, partition)
+            txn.flush({} if offset is None else {self.topics.changelog: offset})
         self.producer.forget()
         self.metrics.committed(self.observed, time.perf_counter() - began, self.records)
         log_outcomes(self._to_log)

@@ -9,8 +9,12 @@ from confluent_kafka.admin import AdminClient
 
 from processor.config import WorkerConfig
 from processor.errors import WorkerError
-from processor.outputs import DEFAULT_MESSAGE_MAX_BYTES, RECORD_OVERHEAD, RecordLimits
-from processor.punctuator import FIRED_CHANGELOG_PREFIX
+from processor.outputs import (
+    DEFAULT_MESSAGE_MAX_BYTES,
+    FIRED_CHANGELOG_PREFIX,
+    RECORD_OVERHEAD,
+    RecordLimits,
+)
 from processor.topics import describe_topics, max_message_bytes, plan_topics
 from schemas.identifiers import MAX_RUN_ID_BYTES
 

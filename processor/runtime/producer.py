@@ -107,11 +107,12 @@ class TransactionalProducer:
         self,
         topic: str,
         key: bytes | None,
-        value: bytes,
+        value: bytes | None,
         partition: int,
         headers: Headers | None = None,
     ) -> None:
-        """Into the open transaction (begun if need be), to an explicit partition."""
+        """Into the open transaction (begun if need be), to an explicit partition; a value
+        of None is a tombstone."""
         self.begin()
         full_since: float | None = None
         while True:

@@ -1,6 +1,8 @@
-"""Bring partition stores up to date from the changelog and transitions topics.
+"""Bring partition stores up to date from the changelog: the runs' snapshots, their
+history (and so every proposal id they committed) and their fired timers. A forgotten
+run's tombstones, once compacted, leave nothing of it to read.
 
-Each store remembers the next offset of both topics it reflects; restore reads from
+Each store remembers the next offset of the changelog it reflects; restore reads from
 there to the end of what is committed (read_committed: transaction markers and open
 transactions of a dead worker are never waited for) and applies the records in
 batches, offsets included, so an interrupted restore resumes where it stopped.
@@ -25,7 +27,7 @@ from processor.config import KafkaSettings
 from processor.intake import header_value
 from processor.outputs import INDEX_HEADER, REVISION_HEADER
 from processor.readback import watermarks
-from processor.runtime.store import ChangelogRecord, PartitionStore, TransitionRecord
+from processor.runtime.store import ChangelogRecord, PartitionStore
 from processor.topics import TopicNames
 
 log = logging.getLogger("runstate.restore")
@@ -58,31 +60,26 @@ def restore_partitions(
     try:
         wanted: list[TopicPartition] = []
         for partition, store in stores.items():
-            for topic in (topics.changelog, topics.transitions):
-                start = store.offset(topic)
-                low, high = watermarks(consumer, TopicPartition(topic, partition))
-                begin = low if start is None else max(start, low)
-                if begin < high:
-                    wanted.append(TopicPartition(topic, partition, begin or OFFSET_BEGINNING))
+            topic = topics.changelog
+            start = store.offset(topic)
+            low, high = watermarks(consumer, TopicPartition(topic, partition))
+            begin = low if start is None else max(start, low)
+            if begin < high:
+                wanted.append(TopicPartition(topic, partition, begin or OFFSET_BEGINNING))
         if not wanted:
             return 0
         consumer.assign(wanted)
         remaining = {(tp.topic, tp.partition) for tp in wanted}
         applied = 0
-        snapshots: dict[int, list[ChangelogRecord]] = defaultdict(list)
-        transitions: dict[int, list[TransitionRecord]] = defaultdict(list)
+        records: dict[int, list[ChangelogRecord]] = defaultdict(list)
         offsets: dict[int, dict[str, int]] = defaultdict(dict)
         pending = 0
         deadline = time.monotonic() + timeout_s
 
         def apply() -> None:
             nonlocal pending
-            for partition in set(snapshots) | set(transitions) | set(offsets):
-                stores[partition].restore(
-                    snapshots.pop(partition, []),
-                    transitions.pop(partition, []),
-                    offsets.pop(partition, {}),
-                )
+            for partition in set(records) | set(offsets):
+                stores[partition].restore(records.pop(partition, []), offsets.pop(partition, {}))
             pending = 0
 
         while remaining and not cancelled():
@@ -99,14 +96,9 @@ def restore_partitions(
                         continue
                     raise KafkaException(err)
                 topic, partition, offset = key[0] or "", key[1] or 0, msg.offset() or 0
-                if topic == topics.changelog:
-                    index = _header(msg, INDEX_HEADER)
-                    snapshots[partition].append((msg.key() or b"", msg.value(), index))
-                else:
-                    revision = _header(msg, REVISION_HEADER)
-                    transitions[partition].append(
-                        (msg.key() or b"", msg.value() or b"{}", revision)
-                    )
+                # A snapshot's index header, or a history record's revision header.
+                header = _header(msg, INDEX_HEADER) or _header(msg, REVISION_HEADER)
+                records[partition].append((msg.key() or b"", msg.value(), header))
                 offsets[partition][topic] = offset + 1
                 applied += 1
                 pending += 1
@@ -124,7 +116,7 @@ def restore_partitions(
                 store = stores[tp.partition]
                 current = store.offset(tp.topic)
                 if current is None or current < tp.offset:
-                    store.restore([], [], {tp.topic: tp.offset})
+                    store.restore([], {tp.topic: tp.offset})
         log.info("restored %d records into partitions %s", applied, sorted(stores))
         return applied
     finally:

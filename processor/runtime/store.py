@@ -29,8 +29,16 @@ from typing import Any
 from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch
 
 from processor.engine import Beat, Commit
-from processor.outputs import TimerMarks, Where, parse_index, parse_revision_header
-from processor.punctuator import FIRED_CHANGELOG_PREFIX, NOT_FIRED, Fired
+from processor.outputs import (
+    FIRED_CHANGELOG_PREFIX,
+    HISTORY_CHANGELOG_PREFIX,
+    TimerMarks,
+    Where,
+    parse_history_changelog_key,
+    parse_index,
+    parse_revision_header,
+)
+from processor.punctuator import NOT_FIRED, Fired
 from schemas.messages import Rejection, RunSnapshot, Transition
 
 _SNAPSHOT = b"s/"
@@ -47,7 +55,9 @@ _META = b"m/"  # m/ + name -> value (the layout's format version)
 _FORMAT_KEY = _META + b"format"
 #: The layout of keys and values described above. Raise it with any change to them.
 #: 2: the proposal ids of every run (`p/`); fired marks name their timers' due times.
-STORE_FORMAT = 2
+#: 3: history and proposal ids restored from the changelog's history records (a store
+#: restores from the changelog alone); forgotten runs.
+STORE_FORMAT = 3
 log = logging.getLogger("runstate.store")
 # A decoded RunSnapshot takes about 7 KB (measured; its JSON about 0.8 KB): at 10,000 per
 # partition the cache alone grew a worker by 200 MB (benchmarks, issue 8).
@@ -62,9 +72,9 @@ _WRITE_BUFFER_BYTES = 8 << 20
 
 _NO_DUES = b"[]"
 
-#: A changelog record as restore takes it: key, value and, if it has one, its index header.
+#: A changelog record as restore takes it: key, value and, if it has one, the header that
+#: carries what the indexes need (INDEX_HEADER of a snapshot, REVISION_HEADER of history).
 ChangelogRecord = tuple[bytes, bytes | None] | tuple[bytes, bytes | None, bytes | None]
-TransitionRecord = tuple[bytes, bytes] | tuple[bytes, bytes, bytes | None]
 
 
 def _timers_of(snapshot: RunSnapshot | None) -> list[tuple[int, int, str]]:
@@ -107,9 +117,19 @@ def _history_key(run_id: str, revision: int) -> bytes:
     return _history_prefix(run_id) + struct.pack(">Q", revision)
 
 
-def _proposal_key(run_id: str, proposal_id: str) -> bytes:
+def _proposals_prefix(run_id: str) -> bytes:
     raw = run_id.encode()
-    return _PROPOSAL + struct.pack(">I", len(raw)) + raw + proposal_id.encode()
+    return _PROPOSAL + struct.pack(">I", len(raw)) + raw
+
+
+def _proposal_key(run_id: str, proposal_id: str) -> bytes:
+    return _proposals_prefix(run_id) + proposal_id.encode()
+
+
+def _past(prefix: bytes) -> bytes:
+    """The end of a delete_range over every key that starts with `prefix` (what follows
+    a prefix here is fixed-width numbers or UTF-8, never nine 0xFF bytes)."""
+    return prefix + b"\xff" * 9
 
 
 def _state_prefix(machine: str, state: str) -> bytes:
@@ -285,12 +305,17 @@ class PartitionStore:
         if self._counts is not None:
             # A new Counter, not an update in place: HTTP threads may be reading the old.
             counts = self._counts.copy()
-            for run_id, snapshot in staged.items():
+            for run_id in set(staged) | changes.forgotten:
                 before = self.committed_snapshot(run_id)
                 if before is not None:
                     counts[(before.machine, before.state)] -= 1
-                counts[(snapshot.machine, snapshot.state)] += 1
+                snapshot = staged.get(run_id)
+                if snapshot is not None:
+                    counts[(snapshot.machine, snapshot.state)] += 1
             self._counts = +counts  # drops the zeros
+        # Forgotten runs first: a run id created again in the same batch is a new run.
+        for run_id in sorted(changes.forgotten):
+            self._drop_run(batch, run_id)
         for run_id, encoded in changes.snapshot_json.items():
             batch.put(_run_key(run_id), encoded)
         runs = sorted(staged)
@@ -318,43 +343,81 @@ class PartitionStore:
         for topic, offset in offsets.items():
             batch.put(_OFFSET + topic.encode(), str(offset).encode())
         self._db.write(batch)
+        for run_id in changes.forgotten:
+            self._forget(run_id)
         for snapshot in staged.values():
             self._remember(snapshot)
 
-    def restore(
-        self,
-        snapshots: Iterable[ChangelogRecord],
-        transitions: Iterable[TransitionRecord],
-        offsets: dict[str, int],
-    ) -> None:
-        """Apply records read back from the changelog and transitions topics: (key, value)
-        and, when the record has one, its index header (INDEX_HEADER, REVISION_HEADER).
-        Restore speed is decoding speed, so values are stored as read and what the
-        indexes need comes from the headers (decoded from the value only without one)."""
+    def _drop_run(self, batch: WriteBatch, run_id: str) -> None:
+        """Everything about a run, as written to `batch` (a forgotten run)."""
+        raw = run_id.encode()
+        for prefix in (
+            _history_prefix(run_id),
+            _proposals_prefix(run_id),
+            _refusals_prefix(run_id),
+        ):
+            batch.delete_range(prefix, _past(prefix))
+        batch.delete(_run_key(run_id))
+        batch.delete(_FIRED + raw)
+        by_state, dues = self._get_many([_BY_STATE_OF + raw, _TIMER_OF + raw])
+        if by_state is not None:
+            batch.delete(by_state)
+            batch.delete(_BY_STATE_OF + raw)
+        if dues is not None and dues != _NO_DUES:
+            for due in json.loads(dues):
+                batch.delete(_timer_key(due, run_id))
+        batch.delete(_TIMER_OF + raw)
+
+    def restore(self, records: Iterable[ChangelogRecord], offsets: dict[str, int]) -> None:
+        """Apply records read back from the changelog: (key, value) and, when the record
+        has one, its index header (INDEX_HEADER for a snapshot, REVISION_HEADER for a
+        history record). Restore speed is decoding speed, so values are stored as read
+        and what the indexes need comes from the headers (decoded from the value only
+        without one). A run's tombstone (it was forgotten) drops all of it that came
+        before; compaction later drops it from the changelog too."""
         batch = WriteBatch(raw_mode=True)
         self._counts = None  # counted again when next asked
         latest: dict[str, bytes | None] = {}
         marks: dict[str, Fired] = {}
         armed: dict[str, list[tuple[int, int, str]]] = {}
         where_of: dict[str, Where] = {}
-        for key, value, *header in snapshots:
+        for key, value, *header in records:
             try:
                 if key.startswith(FIRED_CHANGELOG_PREFIX):
                     run_id = key[len(FIRED_CHANGELOG_PREFIX) :].decode()
-                    if value is not None:
+                    if value is None:
+                        marks[run_id] = NOT_FIRED
+                        batch.delete(_FIRED + run_id.encode())
+                    else:
                         marks[run_id] = Fired.decode(value)
                         batch.put(_FIRED + run_id.encode(), value)
+                    continue
+                if key.startswith(HISTORY_CHANGELOG_PREFIX):
+                    run_id, revision = parse_history_changelog_key(key)
+                    if value is None:
+                        batch.delete(_history_key(run_id, revision))
+                        continue
+                    committed, proposal_id = _committed_by(value, *header[:1])
+                    if committed != revision:
+                        raise ValueError(f"history key of revision {revision} holds {committed}")
+                    batch.put(_history_key(run_id, revision), value)
+                    batch.put(_proposal_key(run_id, proposal_id), str(revision).encode())
                     continue
                 run_id = key.decode()
                 if value is None:
                     where_of.pop(run_id, None)
                     armed.pop(run_id, None)
+                    # Forgotten: what the records before this one put is dropped now, in
+                    # order, so a run id created again after it starts afresh.
+                    for prefix in (_history_prefix(run_id), _proposals_prefix(run_id)):
+                        batch.delete_range(prefix, _past(prefix))
+                    batch.delete_range(_refusals_prefix(run_id), _past(_refusals_prefix(run_id)))
                 else:
                     where_of[run_id], armed[run_id] = _index_fields(value, *header[:1])
                 latest[run_id] = value
             except (ValueError, KeyError, TypeError) as exc:
                 # Not written by this layout (a record by hand, or by an older version
-                # that let a run id spell the fired-mark prefix): skipped, not fatal.
+                # that let a run id spell a prefix of these keys): skipped, not fatal.
                 self.unreadable += 1
                 log.error("store %s: changelog record %r skipped: %r", self.path, key[:80], exc)
         runs = sorted(latest)
@@ -368,16 +431,6 @@ class PartitionStore:
             else:
                 batch.put(_run_key(run_id), value)
                 self._index_state(batch, run_id, old, where_of[run_id])
-        for key, value, *header in transitions:
-            try:
-                run_id = key.decode()
-                revision, proposal_id = _committed_by(value, *header[:1])
-            except (ValueError, KeyError, TypeError) as exc:
-                self.unreadable += 1
-                log.error("store %s: transition record %r skipped: %r", self.path, key[:80], exc)
-                continue
-            batch.put(_history_key(run_id, revision), value)
-            batch.put(_proposal_key(run_id, proposal_id), str(revision).encode())
         changed = sorted(set(latest) | set(marks))
         # One multi-get for what the index had and which timers fired, not two gets a run.
         olds = self._get_many([_TIMER_OF + r.encode() for r in changed])
@@ -480,23 +533,32 @@ class PartitionTransaction:
         self.fired_marks: dict[str, Fired] = {}
         self.refusals: list[tuple[Rejection, bytes]] = []
         self.committed: dict[tuple[str, str], int] = {}  # (run, proposal id) -> revision
+        self.forgotten: set[str] = set()  # runs dropped by this transaction (retention)
 
     @property
     def empty(self) -> bool:
-        return not (self.snapshots or self.history or self.fired_marks or self.refusals)
+        return not (
+            self.snapshots or self.history or self.fired_marks or self.refusals or self.forgotten
+        )
 
     def snapshot(self, run_id: str) -> RunSnapshot | None:
         """The run as the engine must see it: this transaction's changes included."""
         staged = self.snapshots.get(run_id)
-        return staged if staged is not None else self.store.committed_snapshot(run_id)
+        if staged is not None or run_id in self.forgotten:
+            return staged
+        return self.store.committed_snapshot(run_id)
 
     def fired(self, run_id: str) -> Fired:
         staged = self.fired_marks.get(run_id)
-        return staged if staged is not None else self.store.fired(run_id)
+        if staged is not None or run_id in self.forgotten:
+            return staged or NOT_FIRED
+        return self.store.fired(run_id)
 
     def seen(self, run_id: str, proposal_id: str) -> int | None:
         staged = self.committed.get((run_id, proposal_id))
-        return staged if staged is not None else self.store.seen(run_id, proposal_id)
+        if staged is not None or run_id in self.forgotten:
+            return staged
+        return self.store.seen(run_id, proposal_id)
 
     def stage(
         self,
@@ -522,15 +584,26 @@ class PartitionTransaction:
         )
         self.committed[(run_id, commit.transition.proposal_id)] = commit.transition.revision
 
-    def stage_beat(self, beat: Beat, snapshot_json: bytes) -> None:
+    def stage_beat(self, beat: Beat, snapshot_json: bytes | None = None) -> None:
         """A heartbeat: the run's snapshot alive, its heartbeat deadline moved."""
         run_id = beat.snapshot.run_id
         self.snapshots[run_id] = beat.snapshot
-        self.snapshot_json[run_id] = snapshot_json
+        self.snapshot_json[run_id] = snapshot_json or beat.snapshot.model_dump_json().encode()
 
-    def stage_refusal(self, rejection: Rejection, encoded: bytes) -> None:
+    def stage_forget(self, run_id: str) -> None:
+        """A run forgotten (its machine's retention passed): all of it goes at flush,
+        this transaction's own changes to it too."""
+        self.forgotten.add(run_id)
+        self.snapshots.pop(run_id, None)
+        self.snapshot_json.pop(run_id, None)
+        self.fired_marks.pop(run_id, None)
+        self.history = [(t, raw) for t, raw in self.history if t.run_id != run_id]
+        self.refusals = [(r, raw) for r, raw in self.refusals if r.run_id != run_id]
+        self.committed = {k: v for k, v in self.committed.items() if k[0] != run_id}
+
+    def stage_refusal(self, rejection: Rejection, encoded: bytes | None = None) -> None:
         """A refused proposal of an existing run (the inspector's timeline)."""
-        self.refusals.append((rejection, encoded))
+        self.refusals.append((rejection, encoded or rejection.model_dump_json().encode()))
 
     def stage_fired(self, run_id: str, revision: int, name: str, due_ms: int) -> Fired:
         marks = self.fired(run_id).with_name(revision, name, due_ms)

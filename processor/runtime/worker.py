@@ -35,7 +35,7 @@ from confluent_kafka.admin import AdminClient
 from processor import identity
 from processor.cluster import client_id
 from processor.config import WorkerConfig
-from processor.engine import Beat, Commit
+from processor.engine import Beat, Commit, Forget
 from processor.errors import ClientBroken, WorkerError
 from processor.intake import Headers
 from processor.metrics import WorkerMetrics
@@ -319,6 +319,8 @@ class Worker:
         run_id = (
             outcome.snapshot.run_id
             if isinstance(outcome, Commit | Beat)
+            else outcome.transition.run_id
+            if isinstance(outcome, Forget)
             else getattr(outcome, "run_id", None)
         )
         checkpoint.observed.stage(store.snapshot(run_id) if run_id else None, outcome)
@@ -330,11 +332,14 @@ class Worker:
         if isinstance(outcome, Rejection) and outcome.run_id and store.snapshot(outcome.run_id):
             store.stage_refusal(outcome, records[0].value)  # for the run's inspector page
         if isinstance(outcome, Commit):
-            store.stage(outcome, records[0].value, records[1].value)
+            store.stage(outcome, records[0].value, records[-1].value)
             self.stats.transitions += 1
         elif isinstance(outcome, Beat):
-            store.stage_beat(outcome, records[1].value)
+            store.stage_beat(outcome, records[-1].value)
             self.stats.heartbeats += 1
+        elif isinstance(outcome, Forget):
+            store.stage_forget(outcome.transition.run_id)
+            self.stats.transitions += 1
         elif isinstance(outcome, DeadLetterReason):
             self.stats.dead_letters += 1
         else:

@@ -1,13 +1,15 @@
 """The invariants, counted from the topics (read committed) and the workers' HTTP alone.
 
 The oracle is the pure pipeline run again over the proposals topic: each record's
-outcome as a signature (a transition by proposal id, a rejection by proposal id, run
-and code, a DLQ record by source partition and offset). What the workers published
+outcome as a signature (a transition by proposal id, a heartbeat's answer by proposal
+id, a rejection by proposal id, run and code, a DLQ record by source partition and
+offset). What the workers published
 must be that multiset exactly: one missing is *lost*, one more is *duplicated* (for
 the Faust runtime a byte-identical repeat is counted apart, as *repeated*, its stated
 guarantee). *Mismatched* counts runs whose state disagrees anywhere: the changelog's
 last snapshot against the oracle's, the worker's HTTP snapshot against a replay of the
-run's transitions, or revisions not contiguous from 0.
+run's transitions (and of its heartbeats since the latest), or revisions not contiguous
+from 0.
 """
 
 import json
@@ -20,13 +22,13 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 from processor.config import KafkaSettings
-from processor.engine import Beat, Commit
+from processor.engine import Beat, Commit, Forget
 from processor.machines import builtin_machines
 from processor.outputs import is_run_key
 from processor.partitioning import partition_for
 from processor.pipeline import DeadLetterReason
 from processor.readback import read_topics
-from processor.replay import apply_transitions
+from processor.replay import Replayed, apply_heartbeats, apply_transitions
 from schemas.messages import DeadLetter, Heartbeat, Rejection, RunSnapshot, Transition
 from tests.integration.harness import Env, WorkerProcess, decided_records
 
@@ -86,6 +88,9 @@ def oracle(env: Env) -> Oracle:
         elif isinstance(outcome, Beat):
             state[outcome.snapshot.run_id] = outcome.snapshot
             expected[("heartbeat", outcome.heartbeat.proposal_id)] += 1
+        elif isinstance(outcome, Forget):  # its last transition; the run is gone
+            state.pop(outcome.transition.run_id, None)
+            expected[("transition", outcome.transition.proposal_id)] += 1
         elif isinstance(outcome, DeadLetterReason):
             expected[("dlq", msg.partition(), msg.offset())] += 1
         else:
@@ -104,6 +109,14 @@ class Outputs:
     transitions: list[Transition]
     snapshots: dict[str, RunSnapshot]
     times: dict[int, list[float]]  # partition -> outcome timestamps (s)
+    heartbeats: list[Heartbeat] = field(default_factory=list)
+
+    def replayed(self) -> Replayed:
+        """The runs as their transitions and, since the latest, their heartbeats say."""
+        machines = builtin_machines()
+        result = apply_transitions(machines, ((t, None) for t in self.transitions))
+        apply_heartbeats(machines, result.snapshots, self.heartbeats)
+        return result
 
     def extras(self, expected: Counter[Signature]) -> tuple[int, int]:
         """Outcomes beyond the oracle's: (repeated byte for byte, different)."""
@@ -121,6 +134,7 @@ def outputs(env: Env) -> Outputs:
     signatures: Counter[Signature] = Counter()
     values: dict[Signature, list[bytes]] = defaultdict(list)
     transitions: list[Transition] = []
+    heartbeats: list[Heartbeat] = []
     snapshots: dict[str, RunSnapshot] = {}
     times: dict[int, list[float]] = defaultdict(list)
     topics = [t.transitions, t.rejections, t.dlq, t.changelog, t.heartbeats]
@@ -136,7 +150,8 @@ def outputs(env: Env) -> Outputs:
             transitions.append(transition)
             sig = ("transition", transition.proposal_id)
         elif topic == t.heartbeats:
-            sig = ("heartbeat", Heartbeat.model_validate_json(value).proposal_id)
+            heartbeats.append(Heartbeat.model_validate_json(value))
+            sig = ("heartbeat", heartbeats[-1].proposal_id)
         elif topic == t.rejections:
             sig = _rejection_signature(Rejection.model_validate_json(value))
         else:
@@ -145,7 +160,7 @@ def outputs(env: Env) -> Outputs:
         times[msg.partition()].append(msg.timestamp()[1] / 1000)
         signatures[sig] += 1
         values[sig].append(value)
-    return Outputs(signatures, values, transitions, snapshots, times)
+    return Outputs(signatures, values, transitions, snapshots, times, heartbeats)
 
 
 def _normal(sig: Signature, value: bytes) -> bytes:
@@ -258,7 +273,7 @@ def check(
         distinct = sorted(set(revs))
         if distinct != list(range(len(distinct))):
             bad.add(run_id)
-    replayed = apply_transitions(builtin_machines(), ((t, None) for t in got.transitions))
+    replayed = got.replayed()
     bad |= {p.transition_id.rsplit(":", 1)[0] for p in replayed.problems}
     # Asked again while any differ (for 60 s), with the transitions read again too:
     # the workers' own deadlines may commit after the read above, and after a fault the
@@ -271,8 +286,7 @@ def check(
         if not differ or time.monotonic() > until:
             break
         time.sleep(1.0)
-        transitions = outputs(env).transitions
-        replayed = apply_transitions(builtin_machines(), ((t, None) for t in transitions))
+        replayed = outputs(env).replayed()
     for run_id in differ:
         bad.add(run_id)
         if len(row.examples) < 8:

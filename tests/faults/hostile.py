@@ -21,7 +21,7 @@ from benchmarks.records import RawRecord
 from processor.intake import HEADER_KEY_ID, HEADER_SIGNATURE, sign, signed_headers
 from processor.keyring import Keyring
 from processor.machines import builtin_machines
-from processor.punctuator import FIRED_CHANGELOG_PREFIX
+from processor.outputs import FIRED_CHANGELOG_PREFIX
 from schemas.codes import RejectionCode
 from schemas.identifiers import MAX_PROPOSAL_ID_BYTES, MAX_RUN_ID_BYTES
 

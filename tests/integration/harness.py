@@ -17,7 +17,7 @@ from confluent_kafka import Message
 
 from processor.client import RunstateClient
 from processor.config import KafkaSettings
-from processor.engine import Beat, Commit
+from processor.engine import Beat, Commit, Forget
 from processor.intake import signed_headers
 from processor.keyring import Keyring, dump_keyring, generate_keyring
 from processor.machines import builtin_machines
@@ -298,6 +298,9 @@ def replay(env: Env) -> tuple[dict[str, RunSnapshot], dict[str, str]]:
     for _, outcome in decided_records(env):
         if isinstance(outcome, Commit | Beat):
             state[outcome.snapshot.run_id] = outcome.snapshot
+        if isinstance(outcome, Forget):
+            state.pop(outcome.transition.run_id, None)
+            outcomes[outcome.transition.proposal_id] = "transition"
         if isinstance(outcome, Commit):
             outcomes[outcome.transition.proposal_id] = "transition"
         elif isinstance(outcome, Rejection) and outcome.proposal_id is not None:

@@ -2,7 +2,8 @@
 (no broker, no Faust app)."""
 
 from processor.faust_runtime.timers import DueIndex, TableTimers, fired_key
-from processor.punctuator import FIRED_CHANGELOG_PREFIX, Fired, Punctuator
+from processor.outputs import FIRED_CHANGELOG_PREFIX
+from processor.punctuator import Fired, Punctuator
 from processor.topics import TopicNames
 from schemas.messages import RunSnapshot, Timer
 

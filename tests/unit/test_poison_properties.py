@@ -23,20 +23,23 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from processor.engine import Beat, Commit
+from processor.engine import Beat, Commit, Forget
+from processor.engine.parse import parse_machine
 from processor.intake import HEADER_KEY_ID, HEADER_SIGNATURE, Headers, signed_headers
 from processor.keyring import generate_keyring
-from processor.machines import builtin_machines
+from processor.machines import builtin_machines, builtin_source
 from processor.outputs import (
+    FIRED_CHANGELOG_PREFIX,
     MAX_OUTPUT_KEY_BYTES,
     OutputRecord,
     RecordLimits,
     Source,
+    history_changelog_key,
     outcome_records,
 )
 from processor.partitioning import partition_for
 from processor.pipeline import DeadLetterReason, Outcome, Placement, Seen, decide_record
-from processor.punctuator import FIRED_CHANGELOG_PREFIX, NOT_FIRED, Fired
+from processor.punctuator import NOT_FIRED, Fired
 from processor.runtime.store import InState, PartitionStore, PartitionTransaction
 from processor.topics import TopicNames
 from schemas.audit import transition_hash
@@ -54,7 +57,15 @@ from schemas.messages import (
 NOW = 1_800_000_000_000
 FAR_FUTURE = 2**62
 KEYRING = generate_keyring()
-MACHINES = builtin_machines()
+# task_lifecycle keeps a finished run 1 ms here, so that runs are forgotten in these tests.
+MACHINES = {
+    **builtin_machines(),
+    "task_lifecycle": parse_machine(
+        builtin_source("task_lifecycle").replace(
+            "name: task_lifecycle", "name: task_lifecycle\nretention_ms: 1"
+        )
+    ),
+}
 TOPICS = TopicNames.with_prefix()
 SOURCE_TOPIC = TOPICS.proposals
 PROPERTY = settings(
@@ -459,6 +470,11 @@ def check_outcome(
         assert RunSnapshot.model_validate_json(snapshot) == outcome.snapshot
         assert [(r.topic, r.key, r.value) for r in out] == [
             (TOPICS.transitions, source.key, transition),
+            (
+                TOPICS.changelog,
+                history_changelog_key(run_id, outcome.transition.revision),
+                transition,
+            ),
             (TOPICS.changelog, source.key, snapshot),
         ]
         return
@@ -510,7 +526,7 @@ def test_no_record_stops_the_pipeline(data: st.DataObject) -> None:
         at_ms += data.draw(st.sampled_from([0, 1, 1, 1_000, 1_000, 2_000_000]))
         # Most records where murmur2 of the run id puts them; some where another
         # partitioner (or a grown topic) would.
-        home = partition_for(sent, partitions) if isinstance(sent, str) and sent else 0
+        home = partition_for(sent, partitions) if is_run_id(sent) else 0
         misplaced = data.draw(st.integers(0, 5), label="misplaced") == 0
         partition = data.draw(st.integers(0, partitions - 1)) if misplaced else home
         placed = Placement(partition, partitions)
@@ -641,11 +657,11 @@ class Model:
         self.history: dict[str, list[Transition]] = {}
         self.fired: dict[str, Fired] = {}
         self.committed: dict[tuple[str, str], int] = {}  # (run, proposal id) -> revision
-        self.changelog: list[tuple[bytes, bytes]] = []
-        self.transitions: list[tuple[bytes, bytes]] = []
+        self.forgotten: dict[str, list[str]] = {}  # run -> proposal ids it had (retention)
+        self.changelog: list[tuple[bytes, bytes | None]] = []
 
     def offsets(self) -> dict[str, int]:
-        return {TOPICS.changelog: len(self.changelog), TOPICS.transitions: len(self.transitions)}
+        return {TOPICS.changelog: len(self.changelog)}
 
     def dues(self, run_id: str) -> list[int]:
         marks = self.fired.get(run_id, NOT_FIRED)
@@ -674,6 +690,13 @@ def check_store(store: PartitionStore, model: Model, now_ms: int, page: int) -> 
                 assert store.committed_snapshot(other) is None
                 assert store.history(other) == []
     assert sorted(s.run_id for s in store.runs()) == sorted(model.snapshots)
+    for run_id, proposal_ids in model.forgotten.items():
+        if run_id not in model.snapshots:  # (not created again since)
+            assert store.committed_snapshot(run_id) is None and store.history(run_id) == []
+            assert store.fired(run_id) == NOT_FIRED and store.refusals(run_id) == []
+        for proposal_id in proposal_ids:
+            if (run_id, proposal_id) not in model.committed:
+                assert store.seen(run_id, proposal_id) is None, (run_id, proposal_id)
     for (run_id, proposal_id), revision in model.committed.items():
         assert store.seen(run_id, proposal_id) == revision, (run_id, proposal_id)
         assert store.seen(run_id + "x", proposal_id) is None
@@ -710,10 +733,20 @@ def _propose(
     out = _records(outcome, source, RecordLimits())
     if isinstance(outcome, Beat):
         assert outcome.snapshot.revision == model.snapshots[run_id].revision
-        store.stage_beat(outcome, out[1].value)
+        store.stage_beat(outcome, out[-1].value)
         model.snapshots[run_id] = outcome.snapshot
-        model.changelog.append((out[1].key or b"", out[1].value))
+        model.changelog.append((out[-1].key or b"", out[-1].value))
         hypothesis.event("a heartbeat")
+    if isinstance(outcome, Forget):
+        store.stage_forget(run_id)
+        del model.snapshots[run_id], model.history[run_id]
+        model.fired.pop(run_id, None)
+        ids = [p for (r, p) in model.committed if r == run_id]
+        model.forgotten.setdefault(run_id, []).extend(ids)
+        for proposal_id in ids:
+            del model.committed[(run_id, proposal_id)]
+        model.changelog += [(r.key or b"", r.value) for r in out if r.topic == TOPICS.changelog]
+        hypothesis.event("a run forgotten")
     if isinstance(outcome, Commit):
         model.committed[(run_id, outcome.transition.proposal_id)] = outcome.transition.revision
         assert is_run_id(outcome.snapshot.run_id) and key == outcome.snapshot.run_id.encode()
@@ -721,9 +754,7 @@ def _propose(
         store.stage(outcome, transition, snapshot)
         model.snapshots[run_id] = outcome.snapshot
         model.history.setdefault(run_id, []).append(outcome.transition)
-        for record in out:
-            pairs = model.changelog if record.topic == TOPICS.changelog else model.transitions
-            pairs.append((record.key or b"", record.value))
+        model.changelog += [(r.key or b"", r.value) for r in out if r.topic == TOPICS.changelog]
     return outcome
 
 
@@ -780,13 +811,25 @@ def _store_round_trip(
             assert outcome.code is RejectionCode.SCHEMA_INVALID
         else:
             assert isinstance(outcome, Commit), outcome
-    actions = ["propose"] * 8 + ["fire", "flush", "counts", "resend"]
+    actions = ["propose"] * 8 + ["fire", "flush", "counts", "resend", "forget"]
     for _ in range(data.draw(st.integers(0, 40), label="actions")):
         kind = data.draw(st.sampled_from(actions))
         run_id = data.draw(st.sampled_from(run_ids))
         at_ms += data.draw(st.integers(1, 3))
+        if run_id not in model.snapshots:  # forgotten: the run id is free again
+            assert isinstance(_create(txn, model, run_id, seq, data), Commit)
+            seq += 1
+            continue
         snapshot = model.snapshots[run_id]
-        if kind == "flush":
+        if kind == "forget":  # as the retention timer proposes it
+            obj = {"run_id": run_id, "proposal_id": f"f{seq}", "event": "forget"}
+            seq += 1
+            outcome = _propose(
+                txn, model, run_id, {**obj, "expected_revision": snapshot.revision}, at_ms
+            )
+            finished = snapshot.state in ("done", "failed")
+            assert isinstance(outcome, Forget) == finished, outcome
+        elif kind == "flush":
             txn.flush(model.offsets())
             txn = store.begin()
         elif kind == "counts":  # counted now, kept up to date by later flushes
@@ -795,6 +838,8 @@ def _store_round_trip(
             store.state_counts()
         elif kind == "resend":  # a committed proposal id again, however long ago
             sent = sorted(p for (r, p) in model.committed if r == run_id)
+            if not sent:
+                continue
             proposal_id = data.draw(st.sampled_from(sent))
             obj = {"run_id": run_id, "proposal_id": proposal_id, "event": "start"}
             again = _propose(txn, model, run_id, obj, at_ms)
@@ -840,23 +885,15 @@ def _store_round_trip(
         last = {key: i for i, (key, _) in enumerate(changelog)}
         changelog = [pair for i, pair in enumerate(changelog) if last[pair[0]] == i]
     cuts = data.draw(st.lists(st.integers(0, len(changelog)), max_size=2), label="cuts")
-    tcuts = data.draw(st.lists(st.integers(0, len(model.transitions)), max_size=2), label="tcuts")
     bounds = sorted({0, *cuts, len(changelog)})
-    tbounds = sorted({0, *tcuts, len(model.transitions)})
     chunks = [changelog[a:b] for a, b in pairwise(bounds)]
-    tchunks = [model.transitions[a:b] for a, b in pairwise(tbounds)]
-    while len(chunks) < len(tchunks):
-        chunks.append([])
-    while len(tchunks) < len(chunks):
-        tchunks.append([])
     restored = PartitionStore(root / "restored")
     try:
-        for i, (snaps, trans) in enumerate(zip(chunks, tchunks, strict=True)):
+        for i, chunk in enumerate(chunks):
             offsets = model.offsets() if i == len(chunks) - 1 else {}
-            restored.restore(snaps, trans, offsets)
+            restored.restore(chunk, offsets)
         assert getattr(restored, "unreadable", 0) == 0
         check_store(restored, model, now_ms, page)
         assert restored.offset(TOPICS.changelog) == len(model.changelog)
-        assert restored.offset(TOPICS.transitions) == len(model.transitions)
     finally:
         restored.close()

@@ -9,9 +9,11 @@ from processor.engine import Commit
 from processor.intake import signed_headers
 from processor.keyring import KeyringError, dump_keyring, generate_keyring, load_keyring
 from processor.machines import builtin_machines
+from processor.outputs import Source, outcome_records
 from processor.partitioning import murmur2, partition_for
 from processor.pipeline import DeadLetterReason, decide_record
 from processor.runtime.store import PartitionStore
+from processor.topics import TopicNames
 from schemas import Proposal, Rejection, RejectionCode
 
 
@@ -92,6 +94,16 @@ def test_pipeline_outcomes() -> None:
     assert isinstance(invalid, Rejection) and invalid.code is RejectionCode.SCHEMA_INVALID
 
 
+def _changelog(commit: Commit) -> list[tuple[bytes, bytes | None, bytes | None]]:
+    """The changelog records the worker writes for a commit, as restore reads them."""
+    source = Source("proposals", 0, 0, None, None, 0)
+    return [
+        (r.key or b"", r.value, next((v for _, v in r.headers or []), None))  # type: ignore[misc]
+        for r in outcome_records(TopicNames.with_prefix(), commit, source)
+        if r.topic == TopicNames.with_prefix().changelog
+    ]
+
+
 def test_store_stages_until_flush_and_restores(tmp_path: Path) -> None:
     from tests.unit.driver import Driver
 
@@ -118,15 +130,12 @@ def test_store_stages_until_flush_and_restores(tmp_path: Path) -> None:
     assert reopened.committed_snapshot("r/1") == start.snapshot
     other = Driver(run_id="r/10")
     created = other.create("run_state")
-    reopened.restore(
-        [(b"r/10", created.snapshot.model_dump_json().encode()), (b"r/1", None)],
-        [(b"r/10", created.transition.model_dump_json().encode())],
-        {"changelog": 9},
-    )
-    assert reopened.committed_snapshot("r/1") is None  # tombstone
+    reopened.restore([*_changelog(created), (b"r/1", None)], {"changelog": 9})
+    assert reopened.committed_snapshot("r/1") is None  # tombstone: the run was forgotten
+    assert reopened.history("r/1") == [] and reopened.seen("r/1", "p1") is None
     assert [s.run_id for s in reopened.runs()] == ["r/10"]
-    assert [t.run_id for t in reopened.history("r/10")] == ["r/10"]
-    assert reopened.history("r/1")[0].run_id == "r/1"  # history is kept, prefix-safe
+    assert [t.run_id for t in reopened.history("r/10")] == ["r/10"]  # prefix-safe
+    assert reopened.seen("r/10", created.transition.proposal_id) == 0
     assert reopened.offset("changelog") == 9
     reopened.close()
 
@@ -150,11 +159,7 @@ def test_restore_builds_the_same_store_as_live_commits(tmp_path: Path) -> None:
         txn.stage(commit)
     txn.flush({})
     restored = PartitionStore(tmp_path / "restored")
-    restored.restore(
-        [(b"r/2", c.snapshot.model_dump_json().encode()) for c in commits],
-        [(b"r/2", c.transition.model_dump_json().encode()) for c in commits],
-        {},
-    )
+    restored.restore([record for c in commits for record in _changelog(c)], {})
     far = 2**62
     for store in (live, restored):
         assert store.committed_snapshot("r/2") == commits[-1].snapshot
@@ -194,7 +199,7 @@ def test_by_state_index_pages_longest_in_state_first(tmp_path: Path) -> None:
     assert [r.run_id for r in store.in_state("task_lifecycle", "running", None, 10)] == ["s/0"]
     # a restore moves the index the same way (here: s/1 back into the changelog as running)
     moved = runs["s/1"].commit("approval_granted", APPROVER)
-    store.restore([(b"s/1", moved.snapshot.model_dump_json().encode())], [], {})
+    store.restore([(b"s/1", moved.snapshot.model_dump_json().encode())], {})
     assert {r.run_id for r in store.in_state("task_lifecycle", "running", None, 10)} == {
         "s/0",
         "s/1",

@@ -7,9 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from processor.outputs import (
+    FIRED_CHANGELOG_PREFIX,
+    HISTORY_CHANGELOG_PREFIX,
+    history_changelog_key,
+)
 from processor.runtime import store as store_module
 from processor.runtime.store import (
-    FIRED_CHANGELOG_PREFIX,
     PartitionStore,
     StoreFormatError,
 )
@@ -46,8 +50,11 @@ def test_a_newer_layout_is_refused_and_an_older_one_rebuilt(
 def test_restore_skips_what_it_cannot_read(tmp_path: Path) -> None:
     good = Driver(run_id="good").create("task_lifecycle")
     # A run id that spells the fired-mark prefix (older versions let one commit), a key
-    # that is not UTF-8, a value that is not a snapshot, a transition without revision.
+    # that is not UTF-8, a value that is not a snapshot, a history record without a
+    # revision, one under a key that is not a history key, one whose key names another
+    # revision than its transition.
     spelled = Driver(run_id="x").create("run_state").snapshot.model_dump_json().encode()
+    transition = good.transition.model_dump_json().encode()
     store = PartitionStore(tmp_path / "p0")
     store.restore(
         [
@@ -55,14 +62,17 @@ def test_restore_skips_what_it_cannot_read(tmp_path: Path) -> None:
             (b"\xff\xfe", good.snapshot.model_dump_json().encode()),
             (b"junk", b"not json"),
             (b"good", good.snapshot.model_dump_json().encode()),
+            (history_changelog_key("good", 0), transition),
+            (history_changelog_key("good", 1), b"{}"),
+            (HISTORY_CHANGELOG_PREFIX + b"good", transition),
+            (history_changelog_key("good", 5), transition),
         ],
-        [(b"good", good.transition.model_dump_json().encode()), (b"good", b"{}")],
-        {"changelog": 4, "transitions": 2},
+        {"changelog": 8},
     )
     assert store.committed_snapshot("good") == good.snapshot
     assert [t.revision for t in store.history("good")] == [0]
-    assert store.unreadable == 4
-    assert store.offset("changelog") == 4  # and restore does not stop there
+    assert store.unreadable == 6
+    assert store.offset("changelog") == 8  # and restore does not stop there
     store.close()
 
 
@@ -117,6 +127,6 @@ def test_restore_indexes_timers_behind_a_step_result_that_spells_the_field(
     value = done.snapshot.model_dump_json().encode()
     assert b'"timers":[]' in value  # the step result spells an empty timer list
     store = PartitionStore(tmp_path / "p0")
-    store.restore([(b"r1", value)], [], {"changelog": 1})
+    store.restore([(b"r1", value)], {"changelog": 1})
     assert store.due_runs(done.snapshot.timers[0].due_at_ms) == ["r1"]
     store.close()
