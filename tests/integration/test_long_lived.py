@@ -294,3 +294,61 @@ def test_a_machine_edited_between_two_deploys(env: Env, runtime: str) -> None:
     assert json.loads(then.stdout)["state"] == "paused"
     now = runstate(env, "get", "old-1", "--at", "9" * 13, "--machine-path", str(folder))
     assert json.loads(now.stdout)["machine_version"] == v1.machine_version
+
+
+KEPT_TEXT = V1_TEXT.replace("name: deploy_task", "name: kept_task\nretention_ms: 1500")
+
+
+def _forgotten_within(worker: WorkerProcess, run_id: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while worker.snapshot(run_id) is not None:
+        assert time.monotonic() < deadline, f"{run_id} not forgotten within {timeout} s"
+        time.sleep(0.2)
+
+
+def test_finished_runs_are_forgotten_after_their_retention(env: Env, runtime: str) -> None:
+    """A finished run goes from the store, the changelog and the dedupe memory once its
+    machine's retention has passed; its transitions stay, the last one `forget`. The run
+    id is free again, and a worker restoring from scratch knows only the new run."""
+    folder = env.tmp / "machines"
+    folder.mkdir()
+    (folder / "kept_task.yaml").write_text(KEPT_TEXT)
+    worker = WorkerProcess(env, env.tmp / "w1", "--machine-path", str(folder), runtime=runtime)
+    agent = env.client()
+    try:
+        worker.wait_ready(partitions=3)
+        assert isinstance(
+            agent.create_and_wait("k1", "kept_task", proposal_id="k1-create"), Transition
+        )
+        agent.propose_and_wait("k1", "start")
+        done = agent.propose_and_wait("k1", "complete")
+        assert isinstance(done, Transition) and done.to_state == "done"
+        assert worker.snapshot("k1") is not None
+        _forgotten_within(worker, "k1")
+        gone = agent.propose_and_wait("k1", "start")
+        assert isinstance(gone, Rejection) and gone.code is RejectionCode.UNKNOWN_RUN
+        # the id is free again, and its old proposal ids are forgotten with it
+        again = agent.create_and_wait("k1", "kept_task", proposal_id="k1-create")
+        assert isinstance(again, Transition) and again.revision == 0, again
+    finally:
+        agent.close()
+        assert worker.terminate() == 0, worker.log()
+    history = [t for t in published(env).transitions if t.run_id == "k1"]
+    assert [(t.revision, t.event) for t in history] == [
+        (0, "create"),
+        (1, "start"),
+        (2, "complete"),
+        (3, "forget"),
+        (0, "create"),
+    ]
+    assert history[3].reason == "retention"
+    assert history[3].at_ms >= done.at_ms + 1500
+    fresh = WorkerProcess(env, env.tmp / "w2", "--machine-path", str(folder), runtime=runtime)
+    try:
+        fresh.wait_ready(partitions=3)
+        snapshot = fresh.snapshot("k1")
+        assert snapshot is not None and snapshot.revision == 0
+        served = fresh.get(fresh.run_path("k1", "/history"))
+        assert [(t["revision"], t["event"]) for t in served] == [(0, "create")]
+    finally:
+        assert fresh.terminate() == 0, fresh.log()
