@@ -6,7 +6,7 @@ in the partition stores, what it observed for the metrics and what it will log.
 2. the consumed offsets are added to the transaction (EOS v2: the group's metadata);
 3. the transaction commits;
 4. only then each partition's staged changes reach its store, in one WriteBatch with
-   the changelog and transitions offsets they correspond to; then the metrics count
+   the changelog offset they correspond to; then the metrics count
    the outcomes and the log shows them.
 `abort()` aborts the transaction; the object is then dropped whole, and with it every
 staged change. The worker starts a new checkpoint after either, so nothing about a

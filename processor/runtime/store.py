@@ -5,7 +5,7 @@ offsets the database reflects.
 
 Writes are staged in memory while a Kafka transaction is open and reach RocksDB in a
 single WriteBatch only after that transaction committed, together with the changelog
-and transitions offsets they correspond to. So the database is never ahead of Kafka:
+offset they correspond to. So the database is never ahead of Kafka:
 at worst behind, and restore catches it up.
 
 Keys: each kind of record has a namespace of its own, a two-byte tag (`s/`, `h/`, ...)
@@ -188,7 +188,7 @@ class PartitionStore:
     @staticmethod
     def _open(path: Path, options: Options) -> Rdict:
         """Open the store, checking its layout's version; an older layout is dropped (the
-        changelog and transitions topics rebuild it), a newer one refused."""
+        changelog rebuilds it), a newer one refused."""
         db = Rdict(str(path), options)
         raw = db.get(_FORMAT_KEY)
         found = int(raw) if raw is not None else (None if _is_empty(db) else 1)
