@@ -51,8 +51,8 @@ retention_option = option(
     help="Retention of one topic in milliseconds (-1: forever), repeatable; roles: "
     f"{', '.join(DEFAULT_RETENTION_MS)}. Defaults: proposals and transitions forever "
     "(replay and verify read them from offset 0: shortening them warns), rejections and "
-    "alerts 7 days, dlq 30 days, heartbeats 1 day. The changelog is compacted and takes "
-    "none. In the environment, separate items with spaces.",
+    "alerts 7 days, dlq 30 days, heartbeats 1 day. The changelog and the machines topic "
+    "are compacted and take none. In the environment, separate items with spaces.",
 )
 json_option = option(
     "--json", "as_json", env="TOPICS_JSON", is_flag=True, help="Print one JSON object."
@@ -82,7 +82,8 @@ def topic_settings(command: Callable[..., Any]) -> Callable[..., Any]:
 
 @click.group()
 def topics() -> None:
-    """The proposals, transitions, rejections, DLQ, changelog, alerts and heartbeats topics."""
+    """The proposals, transitions, rejections, DLQ, changelog, alerts, heartbeats and
+    machines topics."""
 
 
 def _plans(

@@ -309,23 +309,25 @@ class RunstateClient:
         return self._waiter
 
     def wait(self, proposal_id: str, timeout: float = 30.0) -> Outcome:
-        return self.waiter().wait(proposal_id, timeout)
+        """The proposal's outcome; for a proposal id the run committed before (a retry),
+        the transition it committed then."""
+        return self._resolved(self.waiter().wait(proposal_id, timeout), timeout)
 
     def propose_and_wait(
         self, run_id: str, event: str, *, timeout: float = 30.0, **kw: Any
     ) -> Outcome:
-        waiter = self.waiter()  # started before producing, so the outcome cannot be missed
+        self.waiter()  # started before producing, so the outcome cannot be missed
         proposal_id = self.propose(run_id, event, **kw)
         self.flush()
-        return self._resolved(waiter.wait(proposal_id, timeout), timeout)
+        return self.wait(proposal_id, timeout)
 
     def create_and_wait(
         self, run_id: str, machine: str, *, timeout: float = 30.0, **kw: Any
     ) -> Outcome:
-        waiter = self.waiter()
+        self.waiter()
         proposal_id = self.create(run_id, machine, **kw)
         self.flush()
-        return self._resolved(waiter.wait(proposal_id, timeout), timeout)
+        return self.wait(proposal_id, timeout)
 
     def _resolved(self, outcome: Outcome, timeout: float) -> Outcome:
         """A `duplicate` (the proposal id was committed before) as the transition it
