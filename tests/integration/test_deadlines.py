@@ -228,13 +228,12 @@ def test_deadline_moves_with_its_partition(env: Env, runtime: str, kind: str) ->
         second.wait_ready()
         assert first.terminate() == 0, first.log()  # its partitions move to the second
         second.wait_ready(partitions=3)
-        # A looser bound for Faust: its assignor is eager and a moved partition's table
-        # is recovered before any of it is processed, so the partitions go unowned for
-        # longer (here 2.5 s from the first worker's stop to the second reporting them
-        # all; the native worker, 1.5 s). A deadline due in that gap fires when the new
-        # owner has the partitions; it is held to within ON_TIME_MS of that moment. The
-        # native worker is held to the due time itself.
-        back_ms = int(time.time() * 1000) if runtime == "faust" else 0
+        # A deadline due while its partition moves fires when the new owner has it
+        # (nobody can fire it before): it is held to within ON_TIME_MS of the later of
+        # its due time and that moment. The move takes about 1.5 s for the native worker
+        # and 2.5 s for Faust (eager assignor, then table recovery), longer on a loaded
+        # machine: holding the native worker to the due time alone failed there (CI).
+        back_ms = int(time.time() * 1000)
         _wait_for(env, run_id, final)
         time.sleep(1.0)
         history = _history(env, run_id)
