@@ -123,10 +123,12 @@ def test_heartbeats_keep_a_run_running_then_stale_runs_retry_with_backoff(
         )
         started = client.propose_and_wait("h1", "start")
         assert isinstance(started, Transition)
-        beats = []
+        sent = []
         for _ in range(8):  # 4 s of heartbeats every 0.5 s: the 1.5 s deadline never falls due
-            beats.append(client.wait(client.heartbeat("h1"), timeout=30))
+            sent.append(client.heartbeat("h1"))
+            client.flush()
             time.sleep(0.5)
+        beats = [client.wait(proposal_id, timeout=30) for proposal_id in sent]
         # Liveness, not transitions: each answered on the heartbeats topic, the revision
         # unchanged, the deadline pushed to 1.5 s after the beat.
         assert all(isinstance(b, Heartbeat) for b in beats), beats
