@@ -232,9 +232,13 @@ class OutputRecord:
 def outcome_records(
     topics: TopicNames, outcome: Outcome, source: Source, limits: RecordLimits = UNLIMITED
 ) -> list[OutputRecord]:
-    """The records an outcome is published as, in order: a commit's transition then its
-    snapshot (changelog); a heartbeat's answer then the run's snapshot, alive
-    (changelog); a rejection; or the DLQ record of what could not be decoded."""
+    """The records an outcome is published as, in order (the run's snapshot, or its
+    tombstone, always last: a record after it would not be part of the outcome for a
+    runtime that marks an outcome answered by its snapshot): a commit's transition,
+    its history record and its snapshot (changelog); a heartbeat's answer then the
+    run's snapshot, alive (changelog); a forgotten run's last transition, then
+    tombstones (changelog); a rejection; or the DLQ record of what could not be
+    decoded."""
     if isinstance(outcome, Beat):
         run_key = outcome.snapshot.run_id.encode()
         return [
@@ -272,9 +276,11 @@ def outcome_records(
         value = t.model_dump_json().encode()
         forgotten: Headers = [(REVISION_HEADER, revision_header(t))]
         # Tombstones: compaction then drops the run from the changelog, snapshot, fired
-        # marks and history alike.
-        gone = [run_key, FIRED_CHANGELOG_PREFIX + run_key]
+        # marks and history alike. The run's own last: a runtime that is at least once
+        # (Faust) and dies half way decides the forget again, against the run still there.
+        gone = [FIRED_CHANGELOG_PREFIX + run_key]
         gone += [history_changelog_key(t.run_id, r) for r in range(t.revision)]
+        gone.append(run_key)
         return [
             OutputRecord(topics.transitions, run_key, value, forgotten),
             *(OutputRecord(topics.changelog, key, None) for key in gone),

@@ -347,35 +347,39 @@ def build_app(
                 else getattr(outcome, "run_id", None)
             )
             previous = looked_up(run_id) if run_id else None
-            if isinstance(outcome, Forget):  # its proposal ids go with it
+            # This runtime's own changelog records go before the run's snapshot (or
+            # tombstone), which is always last: only that one names the proposal's offset
+            # (SOURCE_OFFSET_HEADER), so a crash before it decides the proposal again,
+            # and one after it finds everything written.
+            own: list[OutputRecord] = []
+            if isinstance(outcome, Commit):  # dedupe for the run's life
+                t = outcome.transition
+                revision = str(t.revision).encode()
+                own.append(
+                    OutputRecord(topics.changelog, proposal_key(t.run_id, t.proposal_id), revision)
+                )
+            elif isinstance(outcome, Forget):  # its proposal ids go with it
                 prefix = proposals_prefix(outcome.transition.run_id)
-                records += [
+                own += [
                     OutputRecord(topics.changelog, key, None)
                     for key in runs.partition_keys(partition, prefix)
                 ]
+            if own:
+                records = [*records[:-1], *own, records[-1]]
             sending = time.perf_counter()
             snapshot: OutputRecord | None = None
-            for record in records:
+            for n, record in enumerate(records):
                 headers = None
-                if record.topic == topics.changelog:
+                if record.topic == topics.changelog and n == len(records) - 1:
                     snapshot = record
                     headers = [(SOURCE_OFFSET_HEADER, str(message.offset).encode())]
                 sent = await outputs[record.topic].send(
                     key=record.key, value=record.value, partition=partition, headers=headers
                 )
                 await sent
-            if isinstance(outcome, Commit):  # dedupe for the run's life
-                t = outcome.transition
-                remembered = proposal_key(t.run_id, t.proposal_id)
-                revision = str(t.revision).encode()
-                sent = await changelog.send(
-                    key=remembered,
-                    value=revision,
-                    partition=partition,
-                    headers=[(SOURCE_OFFSET_HEADER, str(message.offset).encode())],
-                )
-                await sent
-                runs.data[remembered] = revision
+            for record in own:
+                if record.value is not None:
+                    runs.data[record.key] = record.value
             # The mark before the snapshot: a crash between them leaves the snapshot to
             # recovery, which replays every changelog record since the last one.
             delivered(message, last)
