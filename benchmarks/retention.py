@@ -182,16 +182,21 @@ def main() -> None:
                     plan.config.update(fast)
             create_topics(admin, plans)
         # The cleaner looks for work every 15 s by default: every second here.
-        broker = ConfigResource(
-            ConfigResource.Type.BROKER,
-            "",
-            incremental_configs=[
-                ConfigEntry(
-                    "log.cleaner.backoff.ms", "1000", incremental_operation=AlterConfigOpType.SET
-                )
-            ],
-        )
-        for future in admin.incremental_alter_configs([broker]).values():
+        brokers = [
+            ConfigResource(
+                ConfigResource.Type.BROKER,
+                str(node.id),
+                incremental_configs=[
+                    ConfigEntry(
+                        "log.cleaner.backoff.ms",
+                        "1000",
+                        incremental_operation=AlterConfigOpType.SET,
+                    )
+                ],
+            )
+            for node in admin.describe_cluster().result().nodes
+        ]
+        for future in admin.incremental_alter_configs(brokers).values():
             future.result()
         written = _write(bootstrap, forgotten.changelog, args.runs, console)
         before_s, before_applied = _restore(bootstrap, forgotten, Path(tmp) / "before")
