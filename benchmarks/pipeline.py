@@ -28,7 +28,7 @@ from benchmarks.contenders import CONTENDERS, Setup
 from benchmarks.measure import drain, growth_and_restore, latency
 from benchmarks.records import RawRecord
 from benchmarks.report import machine, markdown, spread
-from benchmarks.workload import lives, signed
+from benchmarks.workload import BENCH_MAX_AGE_MS, TOPIC, for_topic, lives, signed
 from processor.broker.provide import provide_broker
 from processor.engine import Commit
 from processor.keyring import Keyring, dump_keyring, generate_keyring
@@ -88,7 +88,9 @@ class Bench:
     def __init__(self, bootstrap: str, tmp: Path, console: Console) -> None:
         self.bootstrap, self.tmp, self.console = bootstrap, tmp, console
         self.admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
-        self.keyring: Keyring = generate_keyring()
+        self.keyring: Keyring = generate_keyring().model_copy(
+            update={"signature_max_age_ms": BENCH_MAX_AGE_MS}
+        )
         self.keyring_path = tmp / "keyring.json"
         self.keyring_path.write_text(dump_keyring(self.keyring))
 
@@ -100,6 +102,10 @@ class Bench:
         return Setup(
             self.bootstrap, prefix, self.keyring_path, workdir, f"g-{prefix}", self.console
         )
+
+    def signed_for(self, setup: Setup, records: list[RawRecord]) -> list[RawRecord]:
+        """`records` signed for this setup's proposals topic, now."""
+        return for_topic(records, self.keyring, setup.names.proposals)
 
     def records(self, runs: int, proposals: int, seed: int) -> list[RawRecord]:
         return lives(self.keyring, runs, proposals, seed)
@@ -147,7 +153,9 @@ def main() -> None:
             for repeat in range(args.repeats):
                 for name in chosen:
                     progress.update(task, description=f"throughput: {name}, repeat {repeat + 1}")
-                    result = drain(bench.setup(name), CONTENDERS[name], plan_records, PARTITIONS)
+                    setup = bench.setup(name)
+                    mine = bench.signed_for(setup, plan_records)
+                    result = drain(setup, CONTENDERS[name], mine, PARTITIONS)
                     rates[name].append(result.rate)
                     peaks[name].append(result.peak_mb)
                     console.print(f"throughput {name}: {result.rate:,.0f} proposals/s")
@@ -165,10 +173,11 @@ def main() -> None:
             rows: dict[str, Any] = {}
             for name in chosen:
                 with console.status(f"latency at {fraction:.0%} ({rate:,.0f}/s): {name}"):
-                    records = bench.records(max(10, count // 10), count, seed=9)
-                    measured = latency(
-                        bench.setup(name), CONTENDERS[name], records, rate, PARTITIONS, warmup
+                    setup = bench.setup(name)
+                    records = bench.signed_for(
+                        setup, bench.records(max(10, count // 10), count, seed=9)
                     )
+                    measured = latency(setup, CONTENDERS[name], records, rate, PARTITIONS, warmup)
                 rows[name] = measured.__dict__
                 console.print(
                     f"latency {fraction:.0%} {name}: p50 {measured.p50_ms:.1f} ms, "
@@ -177,14 +186,13 @@ def main() -> None:
             results["latency"].append({"fraction": fraction, "rate": rate, "contenders": rows})
         steps = [int(s) for s in args.growth.split(",")]
         batches, first = [], 0
+        setup = bench.setup("growth")
         with console.status("signing the create proposals for the memory runs"):
             for runs in steps:
-                batches.append((runs, bench.creates(first, runs)))
+                batches.append((runs, bench.signed_for(setup, bench.creates(first, runs))))
                 first = runs
         with console.status(f"native memory at {', '.join(f'{s:,}' for s in steps)} runs"):
-            growth = growth_and_restore(
-                bench.setup("growth"), CONTENDERS["native"], batches, PARTITIONS
-            )
+            growth = growth_and_restore(setup, CONTENDERS["native"], batches, PARTITIONS)
         resident = growth.resident_mb
         results["growth"] = {
             "resident_mb": {str(k): v for k, v in resident.items()},
@@ -209,6 +217,7 @@ def refused_share(keyring: Keyring, records: list[RawRecord]) -> float:
             record.value,
             record.headers,
             1_800_000_000_000 + n,
+            topic=TOPIC,
             keyring=keyring,
             machines=machines,
             lookup=snapshots.get,

@@ -9,26 +9,51 @@ interleaved; each run's own order is kept."""
 
 import itertools
 import random
+import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from benchmarks.records import RawRecord
 from processor.engine import Commit, Machine
-from processor.intake import signed_headers
-from processor.keyring import Keyring
+from processor.keyring import Keyring, signing_key_from
 from processor.machines import builtin_machines
 from processor.pipeline import decide_record
+from processor.signatures import HEADER_KEY_ID
 from schemas.messages import Proposal, RunSnapshot
 
 T0_MS = 1_800_000_000_000
 
 
-def signed(keyring: Keyring, key_id: str, proposal: Proposal) -> RawRecord:
+TOPIC = "runstate.proposals"
+#: A workload is signed once and sent over minutes (and to topics of other names, see
+#: `for_topic`): its keyring takes signatures up to a day old.
+BENCH_MAX_AGE_MS = 24 * 3600 * 1000
+
+
+def signed(keyring: Keyring, key_id: str, proposal: Proposal, at_ms: int = T0_MS) -> RawRecord:
     """`proposal` as its record on the proposals topic, signed with keyring key `key_id`."""
     value = proposal.model_dump_json(exclude_none=True).encode()
+    key = proposal.run_id.encode()
     return RawRecord(
-        proposal.run_id.encode(), value, signed_headers(value, key_id, keyring.keys[key_id].secret)
+        key, value, signing_key_from(keyring, key_id).headers(TOPIC, key, value, at_ms)
     )
+
+
+def for_topic(records: list[RawRecord], keyring: Keyring, topic: str) -> list[RawRecord]:
+    """The records signed again for `topic`, now (a signature covers its topic and time);
+    unsigned records stay as they are."""
+    now = int(time.time() * 1000)
+    out = []
+    for record in records:
+        key_id = dict(record.headers).get(HEADER_KEY_ID)
+        if key_id is None or record.value is None:
+            out.append(record)
+            continue
+        signer = signing_key_from(keyring, key_id.decode() if isinstance(key_id, bytes) else key_id)
+        headers = signer.headers(topic, record.key, record.value, now)
+        out.append(replace(record, headers=headers))
+    return out
 
 
 class _Life:
@@ -58,6 +83,7 @@ class _Life:
             record.value,
             record.headers,
             T0_MS + n,
+            topic=TOPIC,
             keyring=self.keyring,
             machines={self.machine.name: self.machine},
             lookup=lambda _id: self.snapshot,

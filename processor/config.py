@@ -89,6 +89,8 @@ class WorkerConfig:
     transaction_timeout_ms: int = 10_000
     timer_interval_ms: int = 200
     timer_key_id: str | None = None  # keyring key that signs deadline proposals
+    timer_key_file: Path | None = None  # signing key file that does (Ed25519 keyrings)
+    keyring_file: Path | None = None  # read again when it changes
     static_membership: bool = False  # group.instance.id = worker id (KIP-345)
     http_host: str = "127.0.0.1"
     http_port: int | None = 0  # None: no HTTP server; 0: a free port

@@ -1,11 +1,10 @@
 """Before `decide`: turn a record's bytes and headers into a proposal and a principal.
 
 Pure functions over bytes (no Kafka): the runtime calls them per record; tests call
-them directly. Order: undecodable -> DLQ, schema_invalid, unauthenticated.
+them directly. Order: undecodable -> DLQ, schema_invalid, unauthenticated,
+stale_signature.
 """
 
-import hashlib
-import hmac
 import json
 import math
 import re
@@ -14,7 +13,16 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
+from processor.engine.scope import Scope
 from processor.keyring import Keyring
+from processor.signatures import (
+    HEADER_KEY_ID,
+    HEADER_SIGNATURE,
+    HEADER_SIGNED_AT,
+    signed_base,
+    verify_ed25519,
+    verify_hmac,
+)
 from schemas.base import describe_errors
 from schemas.codes import RejectionCode
 from schemas.identifiers import is_name, is_proposal_id, is_run_id
@@ -22,8 +30,6 @@ from schemas.messages import Principal, Proposal, Rejection
 
 #: Default limit on a proposal record's value (DESIGN: 64 KiB, configurable).
 DEFAULT_MAX_PROPOSAL_BYTES = 64 * 1024
-HEADER_KEY_ID = "runstate-key-id"
-HEADER_SIGNATURE = "runstate-signature"
 
 Headers = Sequence[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None] | None
 
@@ -33,14 +39,6 @@ class Undecodable:
     """Not a proposal at all (not JSON, not an object): goes to the DLQ with `reason`."""
 
     reason: str
-
-
-def sign(value: bytes, secret: str) -> str:
-    return hmac.new(secret.encode(), value, hashlib.sha256).hexdigest()
-
-
-def signed_headers(value: bytes, key_id: str, secret: str) -> list[tuple[str, str | bytes | None]]:
-    return [(HEADER_KEY_ID, key_id.encode()), (HEADER_SIGNATURE, sign(value, secret).encode())]
 
 
 def header_value(headers: Headers, name: str) -> bytes | str | None:
@@ -59,19 +57,95 @@ def _header(headers: Headers, name: str) -> str | None:
     return raw.decode(errors="replace") if isinstance(raw, bytes) else raw
 
 
-def authenticate(value: bytes, headers: Headers, keyring: Keyring) -> Principal | str:
-    """The principal a valid signature proves, or why there is none."""
+@dataclass(frozen=True, slots=True)
+class Credential:
+    """What a valid signature proves: who (the principal) and over which runs (scope)."""
+
+    principal: Principal
+    scope: Scope | None
+
+
+@dataclass(frozen=True, slots=True)
+class Unproven:
+    """Why a record proves no principal: `unauthenticated` or `stale_signature`."""
+
+    code: RejectionCode
+    why: str
+
+
+def authenticate(
+    topic: str,
+    key: bytes | None,
+    value: bytes,
+    headers: Headers,
+    keyring: Keyring,
+    appended_at_ms: int,
+) -> Credential | Unproven:
+    """The credential a record's signature proves, or why there is none.
+
+    Checked in order: the three headers are there, the key id is in the keyring, the
+    signature verifies over the signed base, the key is valid when the record was
+    appended (not before its validity, not expired, not revoked), and the signature is
+    fresh (signed at most the keyring's max age before the record was appended, at most
+    its clock skew after)."""
     key_id = _header(headers, HEADER_KEY_ID)
     signature = _header(headers, HEADER_SIGNATURE)
+    signed_at = _header(headers, HEADER_SIGNED_AT)
     if key_id is None or signature is None:
-        return f"record is not signed (headers {HEADER_KEY_ID} and {HEADER_SIGNATURE})"
+        return Unproven(
+            RejectionCode.UNAUTHENTICATED,
+            f"record is not signed (headers {HEADER_KEY_ID}, {HEADER_SIGNED_AT} and "
+            f"{HEADER_SIGNATURE})",
+        )
+    if signed_at is None:
+        return Unproven(
+            RejectionCode.UNAUTHENTICATED,
+            f"record has no {HEADER_SIGNED_AT} header: a signature covers the topic, the "
+            "record key, the value, the key id and the time it was made (docs/wire.md)",
+        )
     entry = keyring.keys.get(key_id)
     if entry is None:
-        return f"unknown key id '{key_id}'"
-    # As bytes: compare_digest refuses str with non-ASCII characters (a TypeError).
-    if not hmac.compare_digest(sign(value, entry.secret).encode(), signature.encode()):
-        return f"bad signature for key id '{key_id}'"
-    return Principal(source=entry.source, authority=entry.authority)
+        return Unproven(RejectionCode.UNAUTHENTICATED, f"unknown key id '{key_id}'")
+    signed_at_ms = int(signed_at) if _DECIMAL.fullmatch(signed_at) else None
+    if signed_at_ms is None:
+        return Unproven(
+            RejectionCode.UNAUTHENTICATED,
+            f"{HEADER_SIGNED_AT} is '{signed_at[:40]}', not milliseconds since the epoch",
+        )
+    base = signed_base(topic, key, value, key_id, signed_at_ms)
+    if entry.public_key is not None:
+        valid = verify_ed25519(entry.public_key, base, signature)
+    else:
+        assert entry.secret is not None
+        valid = verify_hmac(entry.secret, base, signature)
+    if not valid:
+        return Unproven(
+            RejectionCode.UNAUTHENTICATED,
+            f"bad signature for key id '{key_id}' (over topic '{topic}', this key and value)",
+        )
+    refused = entry.refuses_at(key_id, appended_at_ms)
+    if refused is not None:
+        return Unproven(
+            RejectionCode.UNAUTHENTICATED, f"{refused}; the record is of {appended_at_ms}"
+        )
+    age = appended_at_ms - signed_at_ms
+    if age > keyring.signature_max_age_ms or -age > keyring.clock_skew_ms:
+        when = (
+            f"{age} ms before it was appended; the limit is {keyring.signature_max_age_ms}"
+            if age > 0
+            else f"{-age} ms after it was appended (the producer's clock is ahead); the "
+            f"allowed clock skew is {keyring.clock_skew_ms}"
+        )
+        return Unproven(
+            RejectionCode.STALE_SIGNATURE,
+            f"signed at {signed_at_ms}, {when}: sign again when you send (a signature is "
+            "good for one sending)",
+        )
+    return Credential(entry.principal, entry.scope(key_id))
+
+
+#: An issue time: milliseconds since the epoch, at most 16 digits (year 318857).
+_DECIMAL = re.compile(r"[0-9]{1,16}")
 
 
 def decode_proposal(
@@ -142,10 +216,12 @@ def _finite(value: object) -> bool:
     return True
 
 
-def reject_unauthenticated(proposal: Proposal, why: str, now_ms: int) -> Rejection:
+def reject_unproven(proposal: Proposal, unproven: Unproven, now_ms: int) -> Rejection:
     return Rejection(
-        code=RejectionCode.UNAUTHENTICATED,
-        detail=f"{why}; sign proposals with a key from the worker's keyring",
+        code=unproven.code,
+        detail=f"{unproven.why}; sign proposals with a key from the worker's keyring"
+        if unproven.code is RejectionCode.UNAUTHENTICATED
+        else unproven.why,
         run_id=proposal.run_id,
         proposal_id=proposal.proposal_id,
         event=proposal.event,

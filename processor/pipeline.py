@@ -12,9 +12,10 @@ from processor.intake import (
     DEFAULT_MAX_PROPOSAL_BYTES,
     Headers,
     Undecodable,
+    Unproven,
     authenticate,
     decode_proposal,
-    reject_unauthenticated,
+    reject_unproven,
 )
 from processor.keyring import Keyring
 from processor.partitioning import PARTITIONER_ADVICE, partition_for
@@ -55,6 +56,7 @@ def decide_record(
     headers: Headers,
     timestamp_ms: int,
     *,
+    topic: str,
     keyring: Keyring,
     machines: Mapping[str, Machine],
     lookup: Callable[[str], RunSnapshot | None],
@@ -65,7 +67,8 @@ def decide_record(
 ) -> Outcome:
     """The outcome of one record of the proposals topic.
 
-    `timestamp_ms` is the record's broker timestamp; `lookup` gives a run's current
+    `timestamp_ms` is the record's broker timestamp and `topic` the topic it was read
+    from (the signature covers it); `lookup` gives a run's current
     snapshot (None when it does not exist), `seen` the revision that committed a
     proposal id of a run, for the run's whole life (None: never); `placement` where the
     record was read (None where that is not known, e.g. a single record decided alone).
@@ -107,13 +110,19 @@ def decide_record(
                 event=proposal.event,
                 at_ms=timestamp_ms,
             )
-    principal = authenticate(value or b"", headers, keyring)
-    if isinstance(principal, str):
-        return reject_unauthenticated(proposal, principal, timestamp_ms)
+    credential = authenticate(topic, key, value or b"", headers, keyring, timestamp_ms)
+    if isinstance(credential, Unproven):
+        return reject_unproven(proposal, credential, timestamp_ms)
     run_id = proposal.run_id
     current = lookup(run_id)
     decision = decide(
-        machines, current, proposal, principal, timestamp_ms, lambda pid: seen(run_id, pid)
+        machines,
+        current,
+        proposal,
+        credential.principal,
+        timestamp_ms,
+        lambda pid: seen(run_id, pid),
+        credential.scope,
     )
     if isinstance(decision, Commit):
         return fit_commit(decision, current, max_state_bytes)

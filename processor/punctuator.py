@@ -8,12 +8,14 @@ import json
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
+from processor.engine.lint import TIMER_AUTHORITY
 from processor.errors import WorkerError
-from processor.intake import signed_headers
-from processor.keyring import Keyring
+from processor.keyring import Keyring, KeyringError, SigningKey, load_signing_key
 from processor.outputs import FIRED_CHANGELOG_PREFIX, OutputRecord
+from processor.signatures import ed25519_public_key
 from processor.topics import TopicNames
 from schemas.identifiers import MAX_PROPOSAL_ID_BYTES
 from schemas.messages import Alert, Proposal, RunSnapshot, Timer
@@ -66,21 +68,46 @@ class TimerState(Protocol):
         ...
 
 
-def timer_key(keyring: Keyring, key_id: str | None) -> tuple[str, str]:
-    """(key id, secret) that signs the proposals deadlines become: `key_id`, else the
-    first key with authority 'runtime'."""
-    keys = keyring.keys
-    if key_id is not None:
-        entry = keys.get(key_id)
+def timer_key(keyring: Keyring, key_id: str | None, key_file: Path | None) -> SigningKey:
+    """The key that signs the proposals deadlines become: the signing key in `key_file`
+    (an Ed25519 keyring holds no private keys), else the HMAC key `key_id` of the
+    keyring, else its first HMAC key with authority 'runtime'. It must be a runtime key
+    of the keyring, or every deadline would be refused."""
+    if key_file is not None:
+        try:
+            signing = load_signing_key(key_file)
+        except KeyringError as exc:
+            raise WorkerError(str(exc)) from exc
+        entry = keyring.keys.get(signing.key_id)
+        if entry is None or entry.authority != TIMER_AUTHORITY:
+            raise WorkerError(
+                f"the timer key '{signing.key_id}' ({key_file}) is not a key with authority "
+                f"'{TIMER_AUTHORITY}' in the keyring; add it (runstate keys add)"
+            )
+        if entry.public_key is not None and (
+            signing.private_key is None
+            or ed25519_public_key(signing.private_key) != entry.public_key
+        ):
+            raise WorkerError(
+                f"the timer key {key_file} does not match the public key of "
+                f"'{signing.key_id}' in the keyring"
+            )
+        return signing
+    candidates = (
+        [key_id]
+        if key_id is not None
+        else [k for k, e in sorted(keyring.keys.items()) if e.authority == TIMER_AUTHORITY]
+    )
+    for name in candidates:
+        entry = keyring.keys.get(name)
         if entry is None:
-            raise WorkerError(f"--timer-key-id {key_id} is not in the keyring")
-        return key_id, entry.secret
-    for name, entry in sorted(keys.items()):
-        if entry.authority == "runtime":
-            return name, entry.secret
+            raise WorkerError(f"--timer-key-id {name} is not in the keyring")
+        if entry.secret is not None:
+            return SigningKey.hmac(name, entry.secret)
     raise WorkerError(
-        "the keyring has no key with authority 'runtime'; deadlines are proposed with "
-        "one (add it, or name one with --timer-key-id)"
+        f"no key to sign deadlines with: give --timer-key-file (RUNSTATE_TIMER_KEY_FILE), "
+        f"a signing key with authority '{TIMER_AUTHORITY}', or keep an HMAC runtime key in "
+        "the keyring"
     )
 
 
@@ -125,8 +152,8 @@ def timer_proposal_id(run_id: str, timer: Timer) -> str:
 
 
 class Punctuator:
-    def __init__(self, topics: TopicNames, timer_key: tuple[str, str]) -> None:
-        """`timer_key` is the (key id, secret) of a runtime key that signs deadlines."""
+    def __init__(self, topics: TopicNames, timer_key: SigningKey) -> None:
+        """`timer_key` is a runtime key that signs deadlines."""
         self.topics = topics
         self.timer_key = timer_key
 
@@ -146,7 +173,7 @@ class Punctuator:
                 records: list[OutputRecord] = []
                 try:
                     if timer.kind == "deadline":
-                        records.append(self.deadline(snapshot, timer))
+                        records.append(self.deadline(snapshot, timer, now_ms))
                     else:
                         records.append(self.alert(snapshot, timer, now_ms))
                 except Exception:  # a bug must not crash-loop the worker on one timer
@@ -160,7 +187,7 @@ class Punctuator:
                 records.append(OutputRecord(self.topics.changelog, key, marks.encode()))
                 yield Firing(snapshot, timer, records)
 
-    def deadline(self, snapshot: RunSnapshot, timer: Timer) -> OutputRecord:
+    def deadline(self, snapshot: RunSnapshot, timer: Timer, now_ms: int) -> OutputRecord:
         assert timer.event is not None
         proposal = Proposal(
             proposal_id=timer_proposal_id(snapshot.run_id, timer),
@@ -173,12 +200,12 @@ class Punctuator:
             metadata={"timer": timer.name, "due_at_ms": timer.due_at_ms},
         )
         value = proposal.model_dump_json(exclude_none=True).encode()
-        key_id, secret = self.timer_key
+        key = snapshot.run_id.encode()
         return OutputRecord(
             self.topics.proposals,
-            snapshot.run_id.encode(),
+            key,
             value,
-            signed_headers(value, key_id, secret),
+            self.timer_key.headers(self.topics.proposals, key, value, now_ms),
         )
 
     def alert(self, snapshot: RunSnapshot, timer: Timer, now_ms: int) -> OutputRecord:

@@ -9,6 +9,7 @@ class RejectionCode(StrEnum):
     SCHEMA_INVALID = "schema_invalid"
     WRONG_PARTITION = "wrong_partition"
     UNAUTHENTICATED = "unauthenticated"
+    STALE_SIGNATURE = "stale_signature"
     UNKNOWN_MACHINE = "unknown_machine"
     UNKNOWN_RUN = "unknown_run"
     RUN_EXISTS = "run_exists"

@@ -58,6 +58,7 @@ def main() -> None:
             value,
             headers or [],
             timestamp,
+            topic="runstate.proposals",
             keyring=ring,
             machines=machines,
             lookup=lambda _run_id: snapshot,

@@ -106,6 +106,7 @@ def main() -> None:
                 msg.value(),
                 msg.headers(),
                 timestamp,
+                topic="runstate.proposals",
                 keyring=ring,
                 machines=machines,
                 lookup=db.load,

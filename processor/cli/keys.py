@@ -1,25 +1,304 @@
-"""`runstate keys`: keyrings for workers and producers."""
+"""`runstate keys`: keyrings for workers and auditors, signing keys for producers."""
 
+import json
+import os
+import re
+import tempfile
+import time
 from pathlib import Path
 
 import click
 
-from processor.keyring import dump_keyring, generate_keyring
+from processor.cli.options import option
+from processor.keyring import (
+    KeyEntry,
+    Keyring,
+    KeyringError,
+    SigningKey,
+    dump_keyring,
+    dump_signing_key,
+    generate_keys,
+    load_keyring,
+    new_key,
+)
+from processor.signatures import Algorithm
+
+#: Every change takes effect this long after it is written, by default: longer than a
+#: worker takes to read the file again (1 s), so every worker holds the change before
+#: any record is decided under it, and `verify` later decides those records alike.
+DEFAULT_EFFECTIVE_IN_MS = 10_000
+
+ALGORITHMS = click.Choice([a.value for a in Algorithm])
+
+keyring_option = option(
+    "--keyring-file",
+    env="KEYRING_FILE",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The keyring to change (workers read it again when it changes).",
+)
+effective_option = option(
+    "--effective-in-ms",
+    env="KEYS_EFFECTIVE_IN_MS",
+    type=click.IntRange(min=0),
+    default=DEFAULT_EFFECTIVE_IN_MS,
+    show_default=True,
+    help="The change applies to records appended this long from now, so that every "
+    "worker has read it first (workers look at the file every second). 0 applies it at "
+    "once: records appended before a worker reads it are still decided the old way, and "
+    "`runstate verify` then reports them.",
+)
 
 
 @click.group()
 def keys() -> None:
-    """HMAC keys: each producer signs with its own key id; workers hold the keyring."""
+    """Keys: each producer signs with its own key; workers and auditors hold the keyring.
+
+    An ed25519 key's keyring entry is its public key: whoever holds the keyring can
+    verify but not sign. An hmac-sha256 key's secret is in the keyring and in the
+    producer's hands alike. Keys are never removed: a revoked or expired key stays, so
+    the commits it signed stay verifiable.
+    """
 
 
 @keys.command()
 @click.argument("out", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--force", is_flag=True, help="Overwrite an existing file.")
-def generate(out: Path, force: bool) -> None:
-    """Write a new keyring to OUT with one key per standard principal:
-    runtime, tool (tool_executor), model, approver."""
+@click.option("--algorithm", type=ALGORITHMS, default=Algorithm.ED25519.value, show_default=True)
+@click.option(
+    "--private-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where each key's signing key goes as <key id>.key.json (default: OUT's "
+    "directory, in <OUT stem>.private/).",
+)
+@click.option("--force", is_flag=True, help="Overwrite an existing keyring.")
+def generate(out: Path, algorithm: str, private_dir: Path | None, force: bool) -> None:
+    """Write a new keyring to OUT with one key per standard principal: runtime, tool
+    (tool_executor), model, approver; and each key's signing key for its producer."""
     if out.exists() and not force:
         raise click.ClickException(f"{out} exists; use --force to replace it")
-    out.write_text(dump_keyring(generate_keyring()))
-    out.chmod(0o600)
-    click.echo(f"wrote {out} (keys: runtime, tool, model, approver)")
+    keyring, signing = generate_keys(Algorithm(algorithm))
+    directory = private_dir or out.parent / f"{out.stem}.private"
+    directory.mkdir(parents=True, exist_ok=True)
+    written = {k: str(_write_secret(directory / f"{k}.key.json", s)) for k, s in signing.items()}
+    _write_keyring(out, keyring)
+    click.echo(json.dumps({"keyring": str(out), "signing_keys": written}))
+
+
+@keys.command()
+@click.argument("key_id")
+@keyring_option
+@click.option("--source", required=True, help="The producer, e.g. 'approver:team-a'.")
+@click.option("--authority", required=True, help="Its authority, e.g. 'approver'.")
+@click.option("--algorithm", type=ALGORITHMS, default=Algorithm.ED25519.value, show_default=True)
+@click.option(
+    "--machine",
+    "machines",
+    multiple=True,
+    help="Limit the key to runs of this machine (repeatable; default: any machine).",
+)
+@click.option(
+    "--run-prefix",
+    "run_prefixes",
+    multiple=True,
+    help="Limit the key to runs whose id starts with this (repeatable; default: any run).",
+)
+@click.option(
+    "--valid-until-ms", type=int, default=None, help="Expiry (ms since the epoch; default: none)."
+)
+@click.option(
+    "--private-key-out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Where the producer's signing key goes (default: ./<KEY_ID>.key.json, mode 0600).",
+)
+@effective_option
+def add(
+    key_id: str,
+    keyring_file: Path,
+    source: str,
+    authority: str,
+    algorithm: str,
+    machines: tuple[str, ...],
+    run_prefixes: tuple[str, ...],
+    valid_until_ms: int | None,
+    private_key_out: Path | None,
+    effective_in_ms: int,
+) -> None:
+    """Add a key KEY_ID to the keyring (created if missing) and write its signing key."""
+    keyring = _read(keyring_file, missing_ok=True)
+    if key_id in keyring.keys:
+        raise click.ClickException(f"key '{key_id}' is already in {keyring_file}")
+    starts = _now_ms() + effective_in_ms
+    try:
+        entry, signing = new_key(
+            key_id,
+            Algorithm(algorithm),
+            source,
+            authority,
+            not_before_ms=starts,
+            not_after_ms=valid_until_ms,
+            machines=machines or None,
+            run_prefixes=run_prefixes or None,
+        )
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
+    out = _write_secret(private_key_out or Path(f"{key_id}.key.json"), signing)
+    updated = {**keyring.keys, key_id: entry}
+    _write_keyring(keyring_file, keyring.model_copy(update={"keys": updated}))
+    click.echo(json.dumps({"added": key_id, "not_before_ms": starts, "signing_key": str(out)}))
+
+
+@keys.command()
+@click.argument("key_id")
+@keyring_option
+@click.option(
+    "--new-key-id",
+    default=None,
+    help="The new key's id (default: KEY_ID with its trailing .N counted up, or .2).",
+)
+@click.option(
+    "--overlap-ms",
+    type=click.IntRange(min=0),
+    default=24 * 3600 * 1000,
+    show_default=True,
+    help="How long the old key keeps working after the new one starts (producers "
+    "switch keys in that time).",
+)
+@click.option(
+    "--private-key-out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Where the new signing key goes (default: ./<new key id>.key.json, mode 0600).",
+)
+@effective_option
+def rotate(
+    key_id: str,
+    keyring_file: Path,
+    new_key_id: str | None,
+    overlap_ms: int,
+    private_key_out: Path | None,
+    effective_in_ms: int,
+) -> None:
+    """Replace KEY_ID by a new key with the same principal and scope: the new key starts
+    after --effective-in-ms, the old one expires --overlap-ms after that."""
+    keyring = _read(keyring_file)
+    old = _entry(keyring, key_id)
+    fresh_id = new_key_id or _next_id(key_id, keyring)
+    if fresh_id in keyring.keys:
+        raise click.ClickException(f"key '{fresh_id}' is already in {keyring_file}")
+    starts = _now_ms() + effective_in_ms
+    ends = starts + overlap_ms
+    entry, signing = new_key(
+        fresh_id,
+        old.algorithm,
+        old.source,
+        old.authority,
+        not_before_ms=starts,
+        not_after_ms=old.not_after_ms,
+        machines=old.machines,
+        run_prefixes=old.run_prefixes,
+    )
+    if old.not_after_ms is None or old.not_after_ms > ends:
+        old = old.model_copy(update={"not_after_ms": ends})
+    out = _write_secret(private_key_out or Path(f"{fresh_id}.key.json"), signing)
+    updated = {**keyring.keys, key_id: old, fresh_id: entry}
+    _write_keyring(keyring_file, keyring.model_copy(update={"keys": updated}))
+    click.echo(
+        json.dumps(
+            {
+                "rotated": key_id,
+                "new_key_id": fresh_id,
+                "not_before_ms": starts,
+                "old_not_after_ms": old.not_after_ms,
+                "signing_key": str(out),
+            }
+        )
+    )
+
+
+@keys.command()
+@click.argument("key_id")
+@keyring_option
+@effective_option
+def revoke(key_id: str, keyring_file: Path, effective_in_ms: int) -> None:
+    """Revoke KEY_ID: records appended from the revocation on are refused
+    (unauthenticated); what it signed before stays verifiable."""
+    keyring = _read(keyring_file)
+    entry = _entry(keyring, key_id)
+    at = _now_ms() + effective_in_ms
+    if entry.revoked_at_ms is not None and entry.revoked_at_ms <= at:
+        raise click.ClickException(f"key '{key_id}' is revoked already (at {entry.revoked_at_ms})")
+    revoked = entry.model_copy(update={"revoked_at_ms": at})
+    _write_keyring(
+        keyring_file, keyring.model_copy(update={"keys": {**keyring.keys, key_id: revoked}})
+    )
+    click.echo(json.dumps({"revoked": key_id, "revoked_at_ms": at}))
+
+
+@keys.command("list")
+@keyring_option
+def list_keys(keyring_file: Path) -> None:
+    """Print the keyring's keys as JSON: principal, validity, scope; never a secret."""
+    keyring = _read(keyring_file)
+    now = _now_ms()
+    shown = []
+    for key_id, entry in sorted(keyring.keys.items()):
+        fields = entry.model_dump(mode="json", exclude_none=True, exclude={"secret"})
+        refused = entry.refuses_at(key_id, now)
+        shown.append({"key_id": key_id, **fields, "valid_now": refused is None})
+    click.echo(json.dumps({"keys": shown}, indent=2))
+
+
+def _read(path: Path, missing_ok: bool = False) -> Keyring:
+    if missing_ok and not path.exists():
+        return Keyring(keys={})
+    try:
+        return load_keyring(path, None)
+    except KeyringError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _entry(keyring: Keyring, key_id: str) -> KeyEntry:
+    entry = keyring.keys.get(key_id)
+    if entry is None:
+        raise click.ClickException(
+            f"no key '{key_id}' in the keyring; have: {', '.join(sorted(keyring.keys))}"
+        )
+    return entry
+
+
+def _next_id(key_id: str, keyring: Keyring) -> str:
+    found = re.fullmatch(r"(.*)\.([0-9]+)", key_id)
+    base, n = (found.group(1), int(found.group(2))) if found else (key_id, 1)
+    while f"{base}.{n}" in keyring.keys or n == 1:
+        n += 1
+    return f"{base}.{n}"
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _write_keyring(path: Path, keyring: Keyring) -> None:
+    """Replace the file whole (write, then rename): a worker reading it again never
+    sees half of it."""
+    _replace(path, dump_keyring(keyring), 0o644)
+
+
+def _write_secret(path: Path, key: SigningKey) -> Path:
+    _replace(path, dump_signing_key(key), 0o600)
+    return path
+
+
+def _replace(path: Path, text: str, mode: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

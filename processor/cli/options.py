@@ -59,8 +59,9 @@ keyring_file_option = option(
     env="KEYRING_FILE",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Keyring JSON (key id -> secret, source, authority). RUNSTATE_KEYRING may hold "
-    "the JSON itself instead.",
+    help="Keyring JSON (key id -> public key or HMAC secret, source, authority, validity, "
+    "scope; `runstate keys` manages it). A worker reads the file again when it changes. "
+    "RUNSTATE_KEYRING may hold the JSON itself instead.",
 )
 worker_url_option = option(
     "--worker-url",

@@ -169,6 +169,7 @@ def verify(
                 p,
                 proposals.get(p, []),
                 transitions.get(p, []),
+                topic=topics.proposals,
                 machines=machines,
                 keyring=keyring,
                 partitions=partitions,

@@ -23,7 +23,7 @@ from processor.cli.options import (
 )
 from processor.cli.recovery import parse_time
 from processor.client import OutcomeTimeout, RunReader, RunstateClient
-from processor.keyring import KeyringError, load_keyring
+from processor.keyring import KeyringError, load_keyring, load_signing_key, signing_key_from
 from processor.readback import watermarks
 from processor.rebuild import RebuildError, run_as_of
 from schemas.messages import Rejection
@@ -32,7 +32,16 @@ key_id_option = option(
     "--key-id",
     env="KEY_ID",
     default="runtime",
-    help="Which key of the keyring signs (it decides your authority).",
+    help="Which HMAC key of the keyring signs (it decides your authority); "
+    "--signing-key-file instead for an ed25519 key.",
+)
+signing_key_file_option = option(
+    "--signing-key-file",
+    env="SIGNING_KEY_FILE",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Your signing key (`runstate keys add` writes one); its key id decides your "
+    "authority. Used instead of --keyring-file and --key-id.",
 )
 wait_option = option(
     "--wait/--no-wait",
@@ -45,17 +54,18 @@ timeout_option = option(
 )
 
 
-def _client(kafka: KafkaContext, keyring_file: Path | None, key_id: str) -> RunstateClient:
+def _client(
+    kafka: KafkaContext, keyring_file: Path | None, key_id: str, signing_key_file: Path | None
+) -> RunstateClient:
     try:
-        keyring = load_keyring(keyring_file, os.environ.get("RUNSTATE_KEYRING"))
+        if signing_key_file is not None:
+            signing = load_signing_key(signing_key_file)
+        else:
+            keyring = load_keyring(keyring_file, os.environ.get("RUNSTATE_KEYRING"))
+            signing = signing_key_from(keyring, key_id)
     except KeyringError as exc:
         raise click.ClickException(str(exc)) from exc
-    entry = keyring.keys.get(key_id)
-    if entry is None:
-        raise click.ClickException(
-            f"no key '{key_id}' in the keyring; have: {', '.join(sorted(keyring.keys))}"
-        )
-    return RunstateClient(kafka.settings, kafka.topics, key_id=key_id, secret=entry.secret)
+    return RunstateClient(kafka.settings, kafka.topics, signing_key=signing)
 
 
 def _finish(client: RunstateClient, proposal_id: str, wait: bool, timeout: float) -> None:
@@ -89,6 +99,7 @@ def _finish(client: RunstateClient, proposal_id: str, wait: bool, timeout: float
 @pass_kafka
 @keyring_file_option
 @key_id_option
+@signing_key_file_option
 @wait_option
 @timeout_option
 def create(
@@ -100,11 +111,12 @@ def create(
     kafka: KafkaContext,
     keyring_file: Path | None,
     key_id: str,
+    signing_key_file: Path | None,
     wait: bool,
     timeout: float,
 ) -> None:
     """Create run RUN_ID on MACHINE (revision 0 in the machine's initial state)."""
-    client = _client(kafka, keyring_file, key_id)
+    client = _client(kafka, keyring_file, key_id, signing_key_file)
     if wait:
         client.waiter()
     pid = client.create(
@@ -127,6 +139,7 @@ def create(
 @pass_kafka
 @keyring_file_option
 @key_id_option
+@signing_key_file_option
 @wait_option
 @timeout_option
 def propose(
@@ -139,6 +152,7 @@ def propose(
     kafka: KafkaContext,
     keyring_file: Path | None,
     key_id: str,
+    signing_key_file: Path | None,
     wait: bool,
     timeout: float,
 ) -> None:
@@ -149,7 +163,7 @@ def propose(
         raise click.BadParameter(f"not JSON: {exc}", param_hint="--payload") from exc
     if not isinstance(data, dict):
         raise click.BadParameter("must be a JSON object", param_hint="--payload")
-    client = _client(kafka, keyring_file, key_id)
+    client = _client(kafka, keyring_file, key_id, signing_key_file)
     if wait:
         client.waiter()
     pid = client.propose(

@@ -89,7 +89,17 @@ from processor.versions import deployed_catalog
     "--timer-key-id",
     env="TIMER_KEY_ID",
     default=None,
-    help="Keyring key that signs deadline proposals (default: the first runtime key).",
+    help="HMAC key of the keyring that signs deadline proposals (default: the first "
+    "HMAC key with authority runtime).",
+)
+@option(
+    "--timer-key-file",
+    env="TIMER_KEY_FILE",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Signing key (a runtime key of the keyring; `runstate keys add` writes one) that "
+    "signs deadline proposals: needed when the keyring holds ed25519 keys, whose private "
+    "halves are not in it.",
 )
 @option(
     "--static-membership/--dynamic-membership",
@@ -134,6 +144,7 @@ def worker(
     max_state_bytes: int,
     timer_interval_ms: int,
     timer_key_id: str | None,
+    timer_key_file: Path | None,
     static_membership: bool,
     log_level: str,
     log_format: str,
@@ -169,6 +180,8 @@ def worker(
             max_state_bytes=max_state_bytes,
             timer_interval_ms=timer_interval_ms,
             timer_key_id=timer_key_id,
+            timer_key_file=timer_key_file,
+            keyring_file=keyring_file,
             static_membership=static_membership,
         )
         if runtime == "faust":

@@ -1,13 +1,14 @@
 """The agent SDK: create runs, propose (signed), wait for outcomes, read snapshots.
 
     client = RunstateClient(KafkaSettings("127.0.0.1:9092"), TopicNames.with_prefix(),
-                            key_id="runtime", secret="...")
+                            signing_key=load_signing_key(Path("agent.key.json")))
     client.create("run-7", "task_lifecycle", max_retries=3)
     outcome = client.propose_and_wait("run-7", "start", timeout=10)
     if isinstance(outcome, Rejection): ...
 
 Proposals are produced with an idempotent producer, keyed by run_id with Kafka's
-default (murmur2) partitioner, and signed with HMAC-SHA256 over the record value.
+default (murmur2) partitioner, and signed (Ed25519 or HMAC-SHA256) over the topic, the
+key, the value, the key id and the time of sending (docs/wire.md).
 An outcome is a `Transition`, a `Rejection`, or for a heartbeat a `Heartbeat`. A
 proposal sent again with a proposal id the run already committed (a safe retry) is
 answered with the original transition, however long ago it was committed.
@@ -26,7 +27,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from processor.config import KafkaSettings
-from processor.intake import signed_headers
+from processor.keyring import SigningKey
 from processor.partitioning import partition_for
 from processor.readback import read_partition, watermarks
 from processor.topics import TopicNames
@@ -190,14 +191,20 @@ class RunstateClient:
         settings: KafkaSettings,
         topics: TopicNames,
         *,
-        key_id: str,
-        secret: str,
+        signing_key: SigningKey | None = None,
+        key_id: str | None = None,
+        secret: str | None = None,
         worker_urls: Iterable[str] = (),
     ) -> None:
+        """Sign with `signing_key` (an Ed25519 or HMAC key, `runstate keys add` writes
+        one), or with the HMAC key `key_id` whose shared secret is `secret`."""
         self.settings = settings
         self.topics = topics
-        self._key_id = key_id
-        self._secret = secret
+        if signing_key is None:
+            if key_id is None or secret is None:
+                raise ValueError("give signing_key, or key_id and secret (an HMAC key)")
+            signing_key = SigningKey.hmac(key_id, secret)
+        self.signing_key = signing_key
         self.reader = RunReader(worker_urls)
         self._producer = Producer(
             settings.client(
@@ -246,7 +253,9 @@ class RunstateClient:
     ) -> None:
         """Produce bytes to the proposals topic, signed unless `headers` are given."""
         if headers is None:
-            headers = signed_headers(value, self._key_id, self._secret)
+            headers = self.signing_key.headers(
+                self.topics.proposals, key, value, int(time.time() * 1000)
+            )
         while True:
             try:
                 self._producer.produce(

@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from processor.client import OutcomeWaiter, RunstateClient
 from processor.config import KafkaSettings
 from processor.demo.stories import STORIES, Outcome, Step, Story
-from processor.intake import signed_headers
-from processor.keyring import Keyring
+from processor.keyring import Keyring, SigningKey, signing_key_from
 from processor.topics import TopicNames
 from schemas.messages import Proposal, Rejection, Transition
 
@@ -62,8 +61,9 @@ class Driver:
         self.result = DemoResult()
         self._cond = threading.Condition()
         self._waiter = OutcomeWaiter(settings, topics, on_outcome=self._record)
-        secret = keyring.keys["runtime"].secret
-        self._client = RunstateClient(settings, topics, key_id="runtime", secret=secret)
+        self._client = RunstateClient(
+            settings, topics, signing_key=signing_key_from(keyring, "runtime")
+        )
 
     def _record(self, outcome: Outcome) -> None:
         with self._cond:
@@ -82,8 +82,11 @@ class Driver:
             reason=step.reason,
         )
         value = proposal.model_dump_json(exclude_none=True).encode()
-        entry = self.keyring.keys[step.key]
-        self._client.send_raw(run_id.encode(), value, signed_headers(value, step.key, entry.secret))
+        key = run_id.encode()
+        headers = signing_key_from(self.keyring, step.key).headers(
+            self._client.topics.proposals, key, value, int(time.time() * 1000)
+        )
+        self._client.send_raw(key, value, headers)
         self.result.sent[proposal.proposal_id] += 1
         return proposal.proposal_id
 
@@ -95,7 +98,14 @@ class Driver:
                 proposal_id=f"{kind}-{uuid.uuid4().hex[:8]}", run_id=run_id, event="start"
             )
             value = proposal.model_dump_json(exclude_none=True).encode()
-            headers = [] if kind == "unsigned" else signed_headers(value, "runtime", "f" * 64)
+            forged = SigningKey.hmac("runtime", "f" * 64)
+            headers = (
+                []
+                if kind == "unsigned"
+                else forged.headers(
+                    self._client.topics.proposals, run_id.encode(), value, int(time.time() * 1000)
+                )
+            )
             self._client.send_raw(run_id.encode(), value, headers)
             self.result.sent[proposal.proposal_id] += 1
             ids.append(proposal.proposal_id)

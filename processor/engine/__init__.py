@@ -11,6 +11,7 @@ from processor.engine.decide import (
 )
 from processor.engine.lint import CREATE_EVENT, STEP_EVENTS, LintIssue, lint
 from processor.engine.machine import Machine, MachineInvalid, compile_machine
+from processor.engine.scope import Scope
 
 __all__ = [
     "CREATE_EVENT",
@@ -22,6 +23,7 @@ __all__ = [
     "LintIssue",
     "Machine",
     "MachineInvalid",
+    "Scope",
     "alive_at",
     "compile_machine",
     "decide",

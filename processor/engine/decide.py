@@ -1,8 +1,9 @@
 """`decide`: one proposal in, one outcome out. Pure: no I/O, no clock, deterministic.
 
 Checks run in this order and the first failure wins:
-schema_invalid (event payloads), unknown_machine, unknown_run, run_exists, duplicate,
-unknown_event, unauthorized, revision_conflict, terminal_state, incompatible_version,
+schema_invalid (event payloads), unknown_run, unknown_machine, unauthorized (the
+signing key's scope), run_exists, duplicate, unknown_event, unauthorized (the event's
+authorities), revision_conflict, terminal_state, incompatible_version,
 deadline_passed, invalid_transition, reason_required, guard_failed, retries_exhausted,
 duplicate_step.
 
@@ -39,6 +40,7 @@ from pydantic import ValidationError
 
 from processor.engine.lint import CREATE_EVENT, FORGET_EVENT, MIGRATE_EVENT, TIMER_AUTHORITY
 from processor.engine.machine import Edge, Machine, machine_for
+from processor.engine.scope import Scope
 from processor.engine.steps import apply_step
 from processor.engine.timers import EXPIRING, arm_timers
 from schemas.audit import transition_hash
@@ -101,16 +103,18 @@ def decide(
     principal: Principal,
     now_ms: int,
     seen: Callable[[str], int | None] | None = None,
+    scope: Scope | None = None,
 ) -> Decision:
     """Decide `proposal` against the run's current `snapshot` (None: the run does not exist).
 
     `machines` is the catalog runs refer to by name; `principal` comes from a verified
-    credential; `now_ms` is the proposal record's broker timestamp; `seen` gives the
-    revision that committed a proposal id of this run, beyond those the snapshot keeps
-    (None: only those).
+    credential and `scope` limits which runs that credential reaches (None: all);
+    `now_ms` is the proposal record's broker timestamp; `seen` gives the revision that
+    committed a proposal id of this run, beyond those the snapshot keeps (None: only
+    those).
     """
     if proposal.event == CREATE_EVENT:
-        return _decide_create(machines, snapshot, proposal, principal, now_ms, seen)
+        return _decide_create(machines, snapshot, proposal, principal, now_ms, seen, scope)
     if snapshot is None:
         return _reject(
             Code.UNKNOWN_RUN,
@@ -132,6 +136,9 @@ def decide(
             "the worker that has it"
         )
         return _reject(Code.UNKNOWN_MACHINE, detail, proposal, principal, snapshot, now_ms)
+    out_of_scope = None if scope is None else scope.refuses(machine.name, proposal.run_id)
+    if out_of_scope:
+        return _reject(Code.UNAUTHORIZED, out_of_scope, proposal, principal, snapshot, now_ms)
     original = _original_revision(snapshot, proposal.proposal_id, seen)
     if original is not None:
         return _reject_duplicate(proposal, principal, snapshot, original, now_ms)
@@ -293,6 +300,7 @@ def _decide_create(
     principal: Principal,
     now_ms: int,
     seen: Callable[[str], int | None] | None,
+    scope: Scope | None,
 ) -> Decision:
     try:
         create = CreatePayload.model_validate(proposal.payload)
@@ -315,6 +323,9 @@ def _decide_create(
             snapshot,
             now_ms,
         )
+    out_of_scope = None if scope is None else scope.refuses(machine.name, proposal.run_id)
+    if out_of_scope:
+        return _reject(Code.UNAUTHORIZED, out_of_scope, proposal, principal, snapshot, now_ms)
     if snapshot is not None:
         original = _original_revision(snapshot, proposal.proposal_id, seen)
         if original is not None:

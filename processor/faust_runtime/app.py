@@ -45,6 +45,7 @@ from processor.faust_runtime.table import (
 from processor.faust_runtime.timers import DueIndex, TableTimers
 from processor.faust_runtime.transport import Consumer, Transport, Unreadable
 from processor.faust_runtime.web import FaustNode, Web, serve_api
+from processor.keyring import KeyringWatch
 from processor.logs import OUTCOMES_LOG, log_outcomes
 from processor.metrics import MetricsBatch
 from processor.outputs import OutputRecord, Source, dead_letter_record, outcome_records
@@ -188,7 +189,10 @@ def build_app(
             await consumer().commit_positions(offsets)
 
     stats = FaustStats()
-    punctuator = Punctuator(topics, timer_key(config.keyring, config.timer_key_id))
+    punctuator = Punctuator(
+        topics, timer_key(config.keyring, config.timer_key_id, config.timer_key_file)
+    )
+    keyring = KeyringWatch(config.keyring, config.keyring_file)
     due_index = DueIndex()
 
     @app.timer(interval=config.timer_interval_ms / 1000)  # type: ignore[untyped-decorator]
@@ -312,7 +316,8 @@ def build_app(
                         message.value,
                         message.headers,
                         at_ms,
-                        keyring=config.keyring,
+                        topic=topics.proposals,
+                        keyring=keyring.current(),
                         machines=config.machines,
                         lookup=looked_up,
                         seen=partial(committed_by, message.partition),

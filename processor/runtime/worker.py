@@ -38,6 +38,7 @@ from processor.config import WorkerConfig
 from processor.engine import Beat, Commit, Forget
 from processor.errors import ClientBroken, WorkerError
 from processor.intake import Headers
+from processor.keyring import KeyringWatch
 from processor.metrics import WorkerMetrics
 from processor.outputs import (
     UNLIMITED,
@@ -109,7 +110,10 @@ class Worker:
         except StateDirBusy as exc:
             raise WorkerError(str(exc)) from exc
         self.worker_id = self.state_dir.worker_id(config.worker_id)
-        self.punctuator = Punctuator(config.topics, timer_key(config.keyring, config.timer_key_id))
+        self.punctuator = Punctuator(
+            config.topics, timer_key(config.keyring, config.timer_key_id, config.timer_key_file)
+        )
+        self.keyring = KeyringWatch(config.keyring, config.keyring_file)
         self._last_punctuation = 0.0
         self.consumer: Consumer | None = None
         # Kept until the process ends, also when broken (see producer.py).
@@ -361,7 +365,8 @@ class Worker:
                 source.value,
                 headers,
                 source.timestamp_ms,
-                keyring=self.config.keyring,
+                topic=source.topic,
+                keyring=self.keyring.current(),
                 machines=self.config.machines,
                 lookup=store.snapshot,
                 seen=store.seen,

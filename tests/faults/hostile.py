@@ -15,13 +15,14 @@ a kind differs from the last.
 import json
 import os
 import random
+import time
 from collections.abc import Callable
 
-from benchmarks.records import RawRecord
-from processor.intake import HEADER_KEY_ID, HEADER_SIGNATURE, sign, signed_headers
-from processor.keyring import Keyring
+from benchmarks.records import Headers, RawRecord
+from processor.keyring import Keyring, SigningKey, signing_key_from
 from processor.machines import builtin_machines
 from processor.outputs import FIRED_CHANGELOG_PREFIX
+from processor.signatures import HEADER_KEY_ID, HEADER_SIGNATURE
 from schemas.codes import RejectionCode
 from schemas.identifiers import MAX_PROPOSAL_ID_BYTES, MAX_RUN_ID_BYTES
 
@@ -196,21 +197,31 @@ def _dumps(rng: random.Random, body: dict[str, object]) -> bytes:
 
 
 def hostile_records(
-    run_ids: list[str], good: list[RawRecord], count: int, keyring: Keyring, seed: int = 3
+    run_ids: list[str],
+    good: list[RawRecord],
+    count: int,
+    keyring: Keyring,
+    topic: str,
+    seed: int = 3,
+    signed_at_ms: int | None = None,
 ) -> list[RawRecord]:
-    """`count` hostile records over the given runs, a little of every kind."""
+    """`count` hostile records over the given runs, a little of every kind, signed for
+    proposals topic `topic` at `signed_at_ms` (default now: they are sent within
+    minutes)."""
     rng = random.Random(seed)
-    secret = keyring.keys["runtime"].secret
+    runtime = signing_key_from(keyring, "runtime")
+    now = int(time.time() * 1000) if signed_at_ms is None else signed_at_ms
+
+    def headers_for(key: bytes | None, value: bytes, at_ms: int = now) -> Headers:
+        return runtime.headers(topic, key, value, at_ms)
 
     def signed(run_id: str, value: bytes, kind: str, expect: str) -> RawRecord:
-        return RawRecord(
-            run_id.encode(), value, signed_headers(value, "runtime", secret), kind, expect
-        )
+        return RawRecord(run_id.encode(), value, headers_for(run_id.encode(), value), kind, expect)
 
     def record(
         key: bytes | None, value: bytes, kind: str, expect: str, sign_it: bool = True
     ) -> RawRecord:
-        headers = signed_headers(value, "runtime", secret) if sign_it else []
+        headers = headers_for(key, value) if sign_it else []
         return RawRecord(key, value, headers, kind, expect)
 
     def well_formed(run_id: str, pid: str) -> dict[str, object]:
@@ -458,26 +469,53 @@ def hostile_records(
             lambda: RawRecord(
                 key,
                 _proposal(run_id, pid),
-                [
-                    (HEADER_KEY_ID, b"nobody"),
-                    (HEADER_SIGNATURE, sign(_proposal(run_id, pid), secret).encode()),
-                ],
+                SigningKey.hmac("nobody", runtime.secret or "").headers(
+                    topic, key, _proposal(run_id, pid), now
+                ),
                 "unknown key id",
                 RejectionCode.UNAUTHENTICATED.value,
             ),
             lambda: RawRecord(
                 key,
                 _proposal(run_id, pid, event="cancel"),
-                signed_headers(_proposal(run_id, pid), "runtime", secret),
+                headers_for(key, _proposal(run_id, pid)),
                 "signature over an altered value",
                 RejectionCode.UNAUTHENTICATED.value,
             ),
             lambda: RawRecord(
                 b"some-other-run",
                 _proposal(run_id, pid),
-                signed_headers(_proposal(run_id, pid), "runtime", secret),
+                headers_for(b"some-other-run", _proposal(run_id, pid)),
                 "key is not the run",
                 RejectionCode.SCHEMA_INVALID.value,
+            ),
+            lambda: RawRecord(
+                key,
+                _proposal(run_id, pid),
+                headers_for(b"some-other-run", _proposal(run_id, pid)),
+                "signed for another run",
+                RejectionCode.UNAUTHENTICATED.value,
+            ),
+            lambda: RawRecord(
+                key,
+                _proposal(run_id, pid),
+                runtime.headers("another.proposals", key, _proposal(run_id, pid), now),
+                "signed for another topic",
+                RejectionCode.UNAUTHENTICATED.value,
+            ),
+            lambda: RawRecord(
+                key,
+                _proposal(run_id, pid),
+                headers_for(key, _proposal(run_id, pid), now - 24 * 3600 * 1000),
+                "captured a day ago, sent again",
+                RejectionCode.STALE_SIGNATURE.value,
+            ),
+            lambda: RawRecord(
+                key,
+                _proposal(run_id, pid),
+                [(HEADER_KEY_ID, b"runtime"), (HEADER_SIGNATURE, b"0" * 64)],
+                "signature without its time",
+                RejectionCode.UNAUTHENTICATED.value,
             ),
         ]
         kinds += [

@@ -69,7 +69,10 @@ def _run(
     records = signed_records(env, plan)
     if hostile:
         run_ids = sorted({str(p["run_id"]) for p in plan})
-        records = mix(records, hostile_records(run_ids, records, size.hostile, env.keyring))
+        records = mix(
+            records,
+            hostile_records(run_ids, records, size.hostile, env.keyring, env.topics.proposals),
+        )
     rate = size.rate if runtime == "native" else size.rate / 5
     feeder = Feeder(env, records, rate)
     started = time.monotonic()

@@ -18,8 +18,7 @@ from confluent_kafka import Message
 from processor.client import RunstateClient
 from processor.config import KafkaSettings
 from processor.engine import Beat, Commit, Forget
-from processor.intake import signed_headers
-from processor.keyring import Keyring, dump_keyring, generate_keyring
+from processor.keyring import Keyring, SigningKey, dump_keyring, generate_keyring, signing_key_from
 from processor.machines import builtin_machines
 from processor.outputs import is_run_key
 from processor.pipeline import Outcome, Placement, RunsInMemory, decide_record
@@ -43,15 +42,23 @@ class Env:
 
     def client(self, key_id: str = "runtime") -> RunstateClient:
         return RunstateClient(
-            KafkaSettings(self.bootstrap),
-            self.topics,
-            key_id=key_id,
-            secret=self.keyring.keys[key_id].secret,
+            KafkaSettings(self.bootstrap), self.topics, signing_key=self.signing_key(key_id)
+        )
+
+    def signing_key(self, key_id: str) -> SigningKey:
+        return signing_key_from(self.keyring, key_id)
+
+    def sign(
+        self, key_id: str, key: bytes | None, value: bytes
+    ) -> list[tuple[str, str | bytes | None]]:
+        """Headers signing (key, value) for the proposals topic, now."""
+        return self.signing_key(key_id).headers(
+            self.topics.proposals, key, value, int(time.time() * 1000)
         )
 
 
 def make_env(bootstrap: str, topics: TopicNames, tmp: Path) -> Env:
-    keyring = generate_keyring()
+    keyring = generate_keyring()  # HMAC: the tests sign as every principal from it
     path = tmp / "keyring.json"
     path.write_text(dump_keyring(keyring))
     return Env(bootstrap, topics, keyring, path, tmp)
@@ -195,8 +202,8 @@ def signed_records(
         fields = {k: v for k, v in item.items() if k not in ("key", "run_id", "event")}
         value = Proposal(run_id=item["run_id"], event=item["event"], **fields)
         raw = value.model_dump_json(exclude_none=True).encode()
-        secret = env.keyring.keys[item["key"]].secret
-        out.append((item["run_id"].encode(), raw, signed_headers(raw, item["key"], secret)))
+        key = item["run_id"].encode()
+        out.append((key, raw, env.sign(item["key"], key, raw)))
     return out
 
 
@@ -280,6 +287,7 @@ def decided_records(env: Env) -> Iterator[tuple[Message, Outcome]]:
             msg.value(),
             msg.headers(),
             msg.timestamp()[1],
+            topic=env.topics.proposals,
             keyring=env.keyring,
             machines=machines,
             lookup=runs.lookup,

@@ -13,7 +13,6 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from processor.config import KafkaSettings
-from processor.intake import signed_headers
 from processor.partitioning import partition_for
 from processor.topics import TopicNames, create_topics, plan_topics
 from schemas.codes import RejectionCode
@@ -112,7 +111,6 @@ def test_a_record_a_crc32_partitioner_placed_is_refused_never_committed(
     run_ids = [f"doc-{n}" for n in range(40)]
     misplaced = [r for r in run_ids if zlib.crc32(r.encode()) % 3 != partition_for(r, 3)]
     assert len(misplaced) >= 10
-    secret = env.keyring.keys["runtime"].secret
     client = env.client()
     try:
         worker.wait_ready(partitions=3)
@@ -130,7 +128,7 @@ def test_a_record_a_crc32_partitioner_placed_is_refused_never_committed(
                 env.topics.proposals,
                 value,
                 run_id.encode(),
-                headers=signed_headers(value, "runtime", secret),
+                headers=env.sign("runtime", run_id.encode(), value),
             )
             sent[run_id] = proposal.proposal_id
         assert crc.flush(30) == 0

@@ -34,7 +34,6 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from processor.client import OutcomeTimeout, RunstateClient
 from processor.config import KafkaSettings
-from processor.intake import signed_headers
 from processor.partitioning import murmur2, partition_for
 from processor.readback import read_topics
 from processor.topics import TopicNames
@@ -144,9 +143,9 @@ class RawProducer:
 
 
 def _signed(
-    env: Env, value: bytes, key_id: str = "runtime"
+    env: Env, key: bytes | None, value: bytes, key_id: str = "runtime"
 ) -> list[tuple[str, str | bytes | None]]:
-    return signed_headers(value, key_id, env.keyring.keys[key_id].secret)
+    return env.sign(key_id, key, value)
 
 
 def _create_value(proposal_id: str, run_id: str) -> bytes:
@@ -404,7 +403,7 @@ def test_poison_records_are_set_aside_and_the_partition_goes_on(
         value = _create_value("poison-d", spoof)
         assert b"\\u0000fired\\u0000" in value
         p = _key_partition(spoof.encode())
-        offset = raw.send(p, spoof.encode(), value, _signed(env, value))
+        offset = raw.send(p, spoof.encode(), value, _signed(env, spoof.encode(), value))
         served += _follow_ups(client, worker, p, "d: control characters in run_id")
         outcome = _outcome_of(env, p, offset, "poison-d")
         assert isinstance(outcome, Rejection), f"[d] {outcome}"
@@ -423,7 +422,7 @@ def test_poison_records_are_set_aside_and_the_partition_goes_on(
         assert key.decode(errors="replace") == base + "\ufffd"
         value = _create_value("poison-e", base + "\ufffd")
         p = _key_partition(key)
-        offset = raw.send(p, key, value, _signed(env, value))
+        offset = raw.send(p, key, value, _signed(env, key, value))
         served += _follow_ups(client, worker, p, "e: key differs in invalid UTF-8")
         outcome = _outcome_of(env, p, offset, "poison-e")
         assert isinstance(outcome, Rejection), f"[e] {outcome}"
@@ -454,7 +453,7 @@ def test_poison_records_are_set_aside_and_the_partition_goes_on(
             payload={"step": "fetch", "result": result},
         )
         value = again.model_dump_json(exclude_none=True).encode()
-        offset = raw.send(p, big.encode(), value, _signed(env, value))
+        offset = raw.send(p, big.encode(), value, _signed(env, big.encode(), value))
         # its duplicate_step rejection echoes the stored result: ~20 KB, over the limit
         served += _follow_ups(client, worker, p, "f: broker refuses the outcome")
         _, letter, _ = _dead_letter_at(env, p, offset)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from processor.intake import signed_headers
+from processor.keyring import SigningKey
 from processor.topics import TopicNames
 from schemas.codes import RejectionCode
 from schemas.messages import Proposal
@@ -194,14 +194,18 @@ def test_forged_unsigned_and_unauthorized(env: Env, runtime: str) -> None:
         unsigned = raw("run_cancelled", "unsigned")
         runtime.send_raw(b"r1", unsigned, headers=[])
         forged = raw("run_cancelled", "forged")
-        runtime.send_raw(b"r1", forged, signed_headers(forged, "runtime", "x" * 64))
+        runtime.send_raw(
+            b"r1",
+            forged,
+            SigningKey.hmac("runtime", "x" * 64).headers(
+                env.topics.proposals, b"r1", forged, int(time.time() * 1000)
+            ),
+        )
         tampered = raw("run_cancelled", "tampered")
         runtime.send_raw(
             b"r1",
             tampered,
-            signed_headers(
-                raw("run_started", "tampered"), "runtime", env.keyring.keys["runtime"].secret
-            ),
+            env.sign("runtime", b"r1", raw("run_started", "tampered")),
         )
         runtime.flush()
         for pid in ("unsigned", "forged", "tampered"):
@@ -220,9 +224,7 @@ def test_forged_unsigned_and_unauthorized(env: Env, runtime: str) -> None:
                 "authority": "runtime",
             }
         ).encode()
-        model.send_raw(
-            b"r1", smuggled, signed_headers(smuggled, "model", env.keyring.keys["model"].secret)
-        )
+        model.send_raw(b"r1", smuggled, env.sign("model", b"r1", smuggled))
         model.flush()
         assert model.wait("smuggle", 30).code is RejectionCode.SCHEMA_INVALID  # type: ignore[union-attr]
         assert worker.snapshot("r1").state == "running"  # type: ignore[union-attr]

@@ -2,6 +2,7 @@
 (no broker, no Faust app)."""
 
 from processor.faust_runtime.timers import DueIndex, TableTimers, fired_key
+from processor.keyring import SigningKey
 from processor.outputs import FIRED_CHANGELOG_PREFIX
 from processor.punctuator import Fired, Punctuator
 from processor.topics import TopicNames
@@ -86,7 +87,7 @@ def test_punctuator_over_the_table_marks_each_timer_once() -> None:
     table = Table()
     run = snapshot("r1", 4, ("approval", 100))
     table.write(2, run)
-    punctuator = Punctuator(TopicNames.with_prefix("t."), ("runtime", "secret"))
+    punctuator = Punctuator(TopicNames.with_prefix("t."), SigningKey.hmac("runtime", "s" * 16))
     index = DueIndex()
     index.rebuild(2, table.data[2].items())
     state = TableTimers(table, 2)

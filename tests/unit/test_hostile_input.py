@@ -22,6 +22,7 @@ def test_each_hostile_kind_ends_as_its_outcome() -> None:
         b'{"run_id": "r1", "proposal_id": "c", "event": "create", "payload": {"machine": "run_state"}}',
         None,
         NOW,
+        topic="runstate.proposals",
         keyring=keyring,
         machines=machines,
         lookup=lambda _: None,
@@ -30,7 +31,7 @@ def test_each_hostile_kind_ends_as_its_outcome() -> None:
     )
     assert isinstance(run, Rejection)  # unsigned: proves nothing is decided before auth
     good = [RawRecord(b"r1", b'{"run_id": "r1", "event": "start"}', [])]
-    records = hostile_records(["r1"], good, 1_000, keyring)
+    records = hostile_records(["r1"], good, 1_000, keyring, "runstate.proposals", signed_at_ms=NOW)
     kinds: Counter[str] = Counter()
     for record in records:
         outcome = decide_record(
@@ -38,6 +39,7 @@ def test_each_hostile_kind_ends_as_its_outcome() -> None:
             record.value,
             record.headers,
             NOW,
+            topic="runstate.proposals",
             keyring=keyring,
             machines=machines,
             lookup=lambda _: None,

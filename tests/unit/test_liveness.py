@@ -4,8 +4,7 @@ import pytest
 
 from processor.audit import Record, verify_partition
 from processor.engine import Beat, Commit
-from processor.intake import signed_headers
-from processor.keyring import generate_keyring
+from processor.keyring import generate_keyring, signing_key_from
 from processor.machines import builtin_machines
 from processor.pipeline import RunsInMemory, decide_record
 from processor.replay import apply_heartbeats, apply_transitions
@@ -151,14 +150,17 @@ def test_a_history_with_heartbeats_replays_and_verifies() -> None:
             .model_dump_json(exclude_none=True)
             .encode()
         )
-        headers = signed_headers(raw, "runtime", keyring.keys["runtime"].secret)
         at_ms = 1_700_000_000_000 + offset * 600
+        headers = signing_key_from(keyring, "runtime").headers(
+            "runstate.proposals", b"r", raw, at_ms
+        )
         proposals.append(Record(0, offset, b"r", raw, headers, at_ms))
         outcome = decide_record(
             b"r",
             raw,
             headers,
             at_ms,
+            topic="runstate.proposals",
             keyring=keyring,
             machines=MACHINES,
             lookup=runs.lookup,
@@ -176,7 +178,12 @@ def test_a_history_with_heartbeats_replays_and_verifies() -> None:
     records = [
         Record(0, i, b"r", t.model_dump_json().encode(), None, 0) for i, t in enumerate(transitions)
     ]
-    assert verify_partition(0, proposals, records, machines=MACHINES, keyring=keyring) == []
+    assert (
+        verify_partition(
+            0, proposals, records, topic="runstate.proposals", machines=MACHINES, keyring=keyring
+        )
+        == []
+    )
 
 
 def test_a_rebuild_takes_the_liveness_from_the_heartbeats_answers() -> None:

@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 
 from processor.engine import Beat, Commit, Forget
 from processor.engine.parse import parse_machine
-from processor.intake import HEADER_KEY_ID, HEADER_SIGNATURE, Headers, signed_headers
-from processor.keyring import generate_keyring
+from processor.intake import Headers
+from processor.keyring import SigningKey, generate_keyring, signing_key_from
 from processor.machines import builtin_machines, builtin_source
 from processor.outputs import (
     FIRED_CHANGELOG_PREFIX,
@@ -41,6 +41,7 @@ from processor.partitioning import partition_for
 from processor.pipeline import DeadLetterReason, Outcome, Placement, Seen, decide_record
 from processor.punctuator import NOT_FIRED, Fired
 from processor.runtime.store import InState, PartitionStore, PartitionTransaction
+from processor.signatures import HEADER_KEY_ID, HEADER_SIGNATURE, HEADER_SIGNED_AT
 from processor.topics import TopicNames
 from schemas.audit import transition_hash
 from schemas.codes import RejectionCode
@@ -56,7 +57,11 @@ from schemas.messages import (
 
 NOW = 1_800_000_000_000
 FAR_FUTURE = 2**62
-KEYRING = generate_keyring()
+# Every signature is fresh here, whatever a record's time: freshness has properties of
+# its own (test_signatures.py).
+KEYRING = generate_keyring().model_copy(
+    update={"signature_max_age_ms": 2**53, "clock_skew_ms": 2**53}
+)
 # task_lifecycle keeps a finished run 1 ms here, so that runs are forgotten in these tests.
 MACHINES = {
     **builtin_machines(),
@@ -307,13 +312,15 @@ def record_keys(draw: st.DrawFn, run_id: object) -> bytes | None:
 
 
 @st.composite
-def record_headers(draw: st.DrawFn, value: bytes | None, event: object) -> Headers:
+def record_headers(
+    draw: st.DrawFn, key: bytes | None, value: bytes | None, event: object
+) -> Headers:
     kind = draw(st.sampled_from(["signed"] * 11 + ["none", "junk", "bad", "other", "dict", "dict"]))
     key_id = SIGNER.get(event, "runtime") if isinstance(event, str) else "runtime"
     if draw(st.integers(0, 9)) == 0:
         key_id = draw(st.sampled_from(sorted(KEYRING.keys)))
-    secret = KEYRING.keys[key_id].secret
-    signed = signed_headers(value or b"", key_id, secret)
+    signer = signing_key_from(KEYRING, key_id)
+    signed = signer.headers(SOURCE_TOPIC, key, value or b"", NOW)
     if kind == "signed":
         return signed
     if kind == "dict":
@@ -321,13 +328,18 @@ def record_headers(draw: st.DrawFn, value: bytes | None, event: object) -> Heade
     if kind == "none":
         return None
     if kind == "bad":
-        return signed_headers(value or b"", draw(st.text(ID_CHAR, max_size=12)), secret + "x")
+        forger = SigningKey.hmac(
+            draw(st.from_regex(r"[A-Za-z0-9.:@-]{1,12}", fullmatch=True)), "x" * 16
+        )
+        return forger.headers(SOURCE_TOPIC, key, value or b"", NOW)
     if kind == "other":
-        return signed_headers((value or b"") + b" ", key_id, secret)
+        return signer.headers(SOURCE_TOPIC, key, (value or b"") + b" ", NOW)
     junk = draw(
         st.lists(
             st.tuples(
-                st.one_of(st.sampled_from([HEADER_KEY_ID, HEADER_SIGNATURE]), text_any),
+                st.one_of(
+                    st.sampled_from([HEADER_KEY_ID, HEADER_SIGNATURE, HEADER_SIGNED_AT]), text_any
+                ),
                 st.one_of(st.none(), st.binary(max_size=80)),
             ),
             max_size=4,
@@ -357,7 +369,8 @@ def records(
         if kind == "cut":
             value = value[: draw(st.integers(0, max(0, len(value) - 1)))]
     sent = _as_sent(run_id)
-    return draw(record_keys(sent)), value, draw(record_headers(value, event)), sent
+    key = draw(record_keys(sent))
+    return key, value, draw(record_headers(key, value, event)), sent
 
 
 def _decide(
@@ -376,6 +389,7 @@ def _decide(
         value,
         headers,
         at_ms,
+        topic=SOURCE_TOPIC,
         keyring=KEYRING,
         machines=MACHINES,
         lookup=lookup,
@@ -562,7 +576,7 @@ def test_known_poison_records_end_as_outcomes() -> None:
     ]
     for key, obj in cases:
         value = json.dumps(obj).encode()
-        signed = signed_headers(value, "runtime", KEYRING.keys["runtime"].secret)
+        signed = signing_key_from(KEYRING, "runtime").headers(SOURCE_TOPIC, key, value, NOW)
         outcome = _decide(key, value, signed, NOW, lambda _: None, 2_000, 5_000)
         assert isinstance(outcome, Rejection), (obj, outcome)
         assert outcome.code is RejectionCode.SCHEMA_INVALID
@@ -579,7 +593,7 @@ def test_a_signature_header_that_is_not_ascii_is_refused(signature: bytes) -> No
     """Found by the pipeline property: any non-ASCII byte in the signature header made
     `hmac.compare_digest` raise TypeError (a str that is not ASCII) out of decide_record."""
     value = CREATE_R + b"}"
-    headers = [(HEADER_KEY_ID, b"runtime"), (HEADER_SIGNATURE, signature)]
+    headers = [(HEADER_KEY_ID, b"runtime"), (HEADER_SIGNED_AT, b"1"), (HEADER_SIGNATURE, signature)]
     outcome = _decide(b"r", value, headers, NOW, lambda _: None, 2_000, 5_000)
     assert isinstance(outcome, Rejection), outcome
     assert outcome.code is RejectionCode.UNAUTHENTICATED
@@ -591,7 +605,7 @@ def test_a_commit_is_published_as_it_was_decided(number: bytes) -> None:
     into metadata and committed, but published as null, so the transition record read
     back had a hash that did not match its content (and `verify` reported it)."""
     value = CREATE_R + b',"metadata":{"x":' + number + b"}}"
-    headers = signed_headers(value, "runtime", KEYRING.keys["runtime"].secret)
+    headers = signing_key_from(KEYRING, "runtime").headers(SOURCE_TOPIC, b"r", value, NOW)
     outcome = _decide(b"r", value, headers, NOW, lambda _: None, 2_000, 5_000)
     if isinstance(outcome, Rejection):  # refusing it is as good as keeping it
         assert outcome.code is RejectionCode.SCHEMA_INVALID
@@ -726,8 +740,8 @@ def _propose(
 ) -> Outcome:
     value = json.dumps(obj).encode()
     key_id = SIGNER.get(obj["event"], "runtime")
-    headers = signed_headers(value, key_id, KEYRING.keys[key_id].secret)
     key = run_id.encode("utf-8", "surrogatepass")
+    headers = signing_key_from(KEYRING, key_id).headers(SOURCE_TOPIC, key, value, at_ms)
     outcome = _decide(key, value, headers, at_ms, store.snapshot, 4_000, 20_000, store.seen)
     source = Source(SOURCE_TOPIC, 0, len(model.changelog), key, value, at_ms)
     out = _records(outcome, source, RecordLimits())

@@ -7,13 +7,14 @@ import pytest
 
 from processor.engine import Commit, decide
 from processor.intake import (
+    Credential,
     Undecodable,
+    Unproven,
     authenticate,
     decode_proposal,
-    reject_unauthenticated,
-    signed_headers,
+    reject_unproven,
 )
-from processor.keyring import Keyring
+from processor.keyring import Keyring, SigningKey
 from processor.machines import builtin_machines
 from processor.partitioning import partition_for
 from processor.pipeline import DeadLetterReason, Placement, decide_record
@@ -24,6 +25,14 @@ NOW = 1_700_000_000_000
 KEYRING = Keyring.model_validate(
     {"keys": {"rt": {"secret": "s" * 32, "source": "runtime", "authority": "runtime"}}}
 )
+
+
+TOPIC = "runstate.proposals"
+RT = SigningKey.hmac("rt", "s" * 32)
+
+
+def _signed(value: bytes, signer: SigningKey = RT, at_ms: int = NOW, key: bytes = b"r1") -> object:
+    return signer.headers(TOPIC, key, value, at_ms)
 
 
 def _value(**fields: object) -> bytes:
@@ -83,8 +92,9 @@ def test_wrong_partition() -> None:
                 outcome = decide_record(
                     run_id.encode(),
                     value,
-                    signed_headers(value, "rt", "s" * 32),
+                    _signed(value, key=run_id.encode()),
                     NOW,
+                    topic="runstate.proposals",
                     keyring=KEYRING,
                     machines=builtin_machines(),
                     lookup=lambda _: None,
@@ -104,22 +114,54 @@ def test_wrong_partition() -> None:
     assert partition_for("doc-42", 2) == 1 and zlib.crc32(b"doc-42") % 2 == 0
 
 
+def _authenticate(value: bytes, headers: object, topic: str = TOPIC, key: bytes = b"r1") -> object:
+    return authenticate(topic, key, value, headers, KEYRING, NOW)  # type: ignore[arg-type]
+
+
 def test_unauthenticated() -> None:
     value = _value()
-    good = authenticate(value, signed_headers(value, "rt", "s" * 32), KEYRING)
-    assert good == RUNTIME
-    unsigned = authenticate(value, [], KEYRING)
-    forged = authenticate(value, signed_headers(value, "rt", "t" * 32), KEYRING)
-    unknown = authenticate(value, signed_headers(value, "nobody", "s" * 32), KEYRING)
-    tampered = authenticate(
-        _value(event="complete"), signed_headers(value, "rt", "s" * 32), KEYRING
-    )
-    for why in (unsigned, forged, unknown, tampered):
-        assert isinstance(why, str)
+    good = _authenticate(value, _signed(value))
+    assert good == Credential(RUNTIME, None)
+    signed = _signed(value)
+    refused = {
+        "unsigned": _authenticate(value, []),
+        "forged": _authenticate(value, _signed(value, SigningKey.hmac("rt", "t" * 32))),
+        "unknown": _authenticate(value, _signed(value, SigningKey.hmac("nobody", "s" * 32))),
+        "tampered": _authenticate(_value(event="complete"), signed),
+        "another topic": _authenticate(value, signed, topic="other.proposals"),
+        "another run": _authenticate(value, signed, key=b"r2"),
+        "no time": _authenticate(value, [h for h in signed if h[0] != "runstate-signed-at"]),  # type: ignore[attr-defined]
+    }
+    for why in refused.values():
+        assert isinstance(why, Unproven) and why.code is RejectionCode.UNAUTHENTICATED, why
     proposal = decode_proposal(value, NOW)
     assert isinstance(proposal, Proposal)
-    rejection = reject_unauthenticated(proposal, str(forged), NOW)
+    forged = refused["forged"]
+    assert isinstance(forged, Unproven)
+    rejection = reject_unproven(proposal, forged, NOW)
     assert rejection.code is RejectionCode.UNAUTHENTICATED and "bad signature" in rejection.detail
+
+
+def test_stale_signature() -> None:
+    """A signature is good for one sending: a record appended longer than the keyring's
+    max age after it was signed (a captured proposal sent again later), or signed
+    further ahead of the broker's clock than the allowed skew, is refused."""
+    value = _value()
+    max_age, skew = KEYRING.signature_max_age_ms, KEYRING.clock_skew_ms
+    for signed_at, fresh in (
+        (NOW - max_age, True),
+        (NOW - max_age - 1, False),
+        (NOW + skew, True),
+        (NOW + skew + 1, False),
+        (NOW - 30 * 24 * 3600 * 1000, False),
+    ):
+        outcome = _authenticate(value, _signed(value, at_ms=signed_at))
+        if fresh:
+            assert isinstance(outcome, Credential), (signed_at, outcome)
+        else:
+            assert isinstance(outcome, Unproven), (signed_at, outcome)
+            assert outcome.code is RejectionCode.STALE_SIGNATURE
+            assert "sign again when you send" in outcome.why
 
 
 def test_unknown_machine() -> None:
@@ -242,8 +284,9 @@ def test_state_too_large() -> None:
         outcome = decide_record(
             b"r1",
             value,
-            signed_headers(value, "rt", "s" * 32),
+            _signed(value, at_ms=NOW + n),
             NOW + n,
+            topic="runstate.proposals",
             keyring=keyring,
             machines=builtin_machines(),
             lookup=snapshots.get,

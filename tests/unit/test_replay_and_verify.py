@@ -2,8 +2,7 @@
 
 from processor.audit import Record, verify_partition, verify_runs_across_partitions
 from processor.engine import Commit
-from processor.intake import signed_headers
-from processor.keyring import Keyring, generate_keyring
+from processor.keyring import Keyring, generate_keyring, signing_key_from
 from processor.machines import builtin_machines
 from processor.pipeline import RunsInMemory, decide_record
 from processor.replay import apply_transitions
@@ -56,6 +55,9 @@ def test_replay_names_gaps_and_altered_transitions() -> None:
     assert "refuses it: invalid_transition" in refused.problems[0].detail
 
 
+TOPIC = "runstate.proposals"
+
+
 def _records() -> tuple[Keyring, list[Record], list[Record]]:
     """Signed proposal records and the transition records the worker would publish."""
     keyring = generate_keyring()
@@ -70,7 +72,7 @@ def _records() -> tuple[Keyring, list[Record], list[Record]]:
     for offset, (event, key, payload) in enumerate(events):
         value = Proposal(proposal_id=f"p{offset}", run_id="r", event=event, payload=payload)
         raw = value.model_dump_json(exclude_none=True).encode()
-        headers = signed_headers(raw, key, keyring.keys[key].secret)
+        headers = signing_key_from(keyring, key).headers(TOPIC, b"r", raw, 1000 + offset)
         proposals.append(Record(0, offset, b"r", raw, headers, 1000 + offset))
     runs = RunsInMemory()
     transitions = []
@@ -80,6 +82,7 @@ def _records() -> tuple[Keyring, list[Record], list[Record]]:
             rec.value,
             rec.headers,
             rec.timestamp_ms,
+            topic=TOPIC,
             keyring=keyring,
             machines=MACHINES,
             lookup=runs.lookup,
@@ -96,7 +99,10 @@ def _records() -> tuple[Keyring, list[Record], list[Record]]:
 
 def test_verify_passes_on_a_clean_history_and_names_the_altered_offset() -> None:
     keyring, proposals, transitions = _records()
-    assert verify_partition(0, proposals, transitions, machines=MACHINES, keyring=keyring) == []
+    assert (
+        verify_partition(0, proposals, transitions, topic=TOPIC, machines=MACHINES, keyring=keyring)
+        == []
+    )
 
     altered = Transition.model_validate_json(transitions[2].value or b"")
     tampered = altered.model_copy(update={"to_state": "cancelled"}).model_dump_json().encode()
@@ -105,16 +111,20 @@ def test_verify_passes_on_a_clean_history_and_names_the_altered_offset() -> None
         Record(0, transitions[2].offset, b"r", tampered, None, 0),
         *transitions[3:],
     ]
-    findings = verify_partition(0, proposals, edited, machines=MACHINES, keyring=keyring)
+    findings = verify_partition(
+        0, proposals, edited, topic=TOPIC, machines=MACHINES, keyring=keyring
+    )
     assert findings and all(f.offset == transitions[2].offset for f in findings)
     assert "differs from the replay of the proposals in: to_state" in str(findings[0])
     assert any("hash does not match" in f.detail for f in findings)
 
     garbage = [*transitions[:1], Record(0, 7, b"r", b"{nope", None, 0)]
-    found = verify_partition(0, proposals, garbage, machines=MACHINES, keyring=keyring)
+    found = verify_partition(0, proposals, garbage, topic=TOPIC, machines=MACHINES, keyring=keyring)
     assert "offset 7: not a transition" in str(found[0])
     assert any("missing" in f.detail and f.offset is None for f in found)
-    extra = verify_partition(0, proposals[:2], transitions, machines=MACHINES, keyring=keyring)
+    extra = verify_partition(
+        0, proposals[:2], transitions, topic=TOPIC, machines=MACHINES, keyring=keyring
+    )
     assert any("follows from no proposal" in f.detail for f in extra)
 
 
@@ -124,7 +134,10 @@ def test_verify_reports_a_run_with_chains_in_two_partitions() -> None:
     keyring, proposals, transitions = _records()
     assert verify_runs_across_partitions({0: transitions}) == []
     moved = [Record(2, r.offset, r.key, r.value, None, 0) for r in transitions[:2]]
-    assert verify_partition(2, proposals[:2], moved, machines=MACHINES, keyring=keyring) == []
+    assert (
+        verify_partition(2, proposals[:2], moved, topic=TOPIC, machines=MACHINES, keyring=keyring)
+        == []
+    )
     findings = verify_runs_across_partitions({0: transitions, 2: moved})
     assert len(findings) == 1 and findings[0].partition == 2
     assert "second chain" in findings[0].detail and "partition 0" in findings[0].detail

@@ -6,8 +6,7 @@ from pathlib import Path
 import pytest
 
 from processor.engine import Commit
-from processor.intake import signed_headers
-from processor.keyring import KeyringError, dump_keyring, generate_keyring, load_keyring
+from processor.keyring import KeyringError, SigningKey, dump_keyring, generate_keyring, load_keyring
 from processor.machines import builtin_machines
 from processor.outputs import Source, outcome_records
 from processor.partitioning import murmur2, partition_for
@@ -76,6 +75,7 @@ def test_pipeline_outcomes() -> None:
             raw,
             headers,
             1_000,
+            topic="runstate.proposals",
             keyring=keyring,
             machines=machines,
             lookup=lambda _: None,
@@ -83,9 +83,14 @@ def test_pipeline_outcomes() -> None:
             placement=None,
         )
 
-    assert isinstance(run(b"r1", value, signed_headers(value, "runtime", secret)), Commit)
+    runtime = SigningKey.hmac("runtime", secret or "")
+
+    def signed(key: bytes, raw: bytes) -> object:
+        return runtime.headers("runstate.proposals", key, raw, 5)
+
+    assert isinstance(run(b"r1", value, signed(b"r1", value)), Commit)
     assert isinstance(run(b"r1", b"\x00", []), DeadLetterReason)
-    wrong_key = run(b"other", value, signed_headers(value, "runtime", secret))
+    wrong_key = run(b"other", value, signed(b"other", value))
     assert isinstance(wrong_key, Rejection) and "key must be the run_id" in wrong_key.detail
     unsigned = run(b"r1", value, [])
     assert isinstance(unsigned, Rejection) and unsigned.code is RejectionCode.UNAUTHENTICATED

@@ -1,0 +1,28 @@
+"""A credential's scope: which runs its authority reaches (machines, run id prefixes)."""
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """What a signing key may touch, beyond what its authority may send: runs of these
+    machines only, and runs whose id starts with one of these prefixes (one team's runs).
+    None is no limit."""
+
+    key_id: str
+    machines: frozenset[str] | None = None
+    run_prefixes: tuple[str, ...] | None = None
+
+    def refuses(self, machine: str, run_id: str) -> str | None:
+        """Why a run of `machine` with id `run_id` is out of this scope, or None."""
+        if self.machines is not None and machine not in self.machines:
+            return (
+                f"key '{self.key_id}' is limited to machines "
+                f"{', '.join(sorted(self.machines)) or '(none)'}; run '{run_id}' uses '{machine}'"
+            )
+        if self.run_prefixes is not None and not run_id.startswith(self.run_prefixes):
+            return (
+                f"key '{self.key_id}' is limited to runs whose id starts with "
+                f"{', '.join(repr(p) for p in self.run_prefixes) or '(none)'}"
+            )
+        return None
