@@ -170,6 +170,7 @@ def worker(
             timer_interval_ms=timer_interval_ms,
             timer_key_id=timer_key_id,
             static_membership=static_membership,
+            http_host=http_host,
         )
         if runtime == "faust":
             from processor.faust_runtime import run_faust_worker
