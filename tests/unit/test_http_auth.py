@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 from processor import api
 from processor.cli.main import cli
+from processor.client import RunReader
 from processor.http_auth import (
     HttpTokens,
     TokenError,
@@ -26,7 +27,7 @@ from processor.http_auth import (
     parse_token_file,
     presented_token,
 )
-from processor.runtime import http
+from processor.runtime import http, probe
 from tests.unit.test_api import FakeNode, get, owned_run
 
 TOKEN = "tok-current-0123456789"
@@ -129,6 +130,46 @@ def test_the_native_server_sends_both_challenges_and_reads_the_header(served: st
     )
     with urllib.request.urlopen(request, timeout=5) as response:
         assert json.loads(response.read())["run_id"] == "r1"
+
+
+def test_the_sdk_sends_its_token_and_says_what_to_do_without_one(
+    served: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RUNSTATE_HTTP_TOKEN", raising=False)
+    with pytest.raises(LookupError, match="401, the worker wants a token: set RUNSTATE_HTTP_TOKEN"):
+        RunReader([served]).snapshot("r1")
+    with pytest.raises(LookupError, match="does not accept the token sent"):
+        RunReader([served], http_token="nope").snapshot("r1")
+    snapshot = RunReader([served], http_token=OLD).snapshot("r1")
+    assert snapshot is not None and snapshot.run_id == "r1"
+    monkeypatch.setenv("RUNSTATE_HTTP_TOKEN", TOKEN)
+    assert RunReader([served]).history("r1")
+
+
+def test_the_cli_sends_its_token(served: str, runner: CliRunner) -> None:
+    result = runner.invoke(cli, ["get", "r1", "--worker-url", served])
+    assert result.exit_code == 1 and "set RUNSTATE_HTTP_TOKEN" in result.output
+    result = runner.invoke(cli, ["get", "r1", "--worker-url", served, "--http-token", TOKEN])
+    assert result.exit_code == 0 and json.loads(result.output)["run_id"] == "r1"
+    env = {"RUNSTATE_HTTP_TOKEN": OLD, "RUNSTATE_WORKER_URL": served}
+    result = runner.invoke(cli, ["history", "r1"], env=env)
+    assert result.exit_code == 0 and len(result.output.splitlines()) == 2
+    result = runner.invoke(cli, ["stats"], env=env)
+    assert result.exit_code == 0 and "paused" in result.output
+
+
+def test_the_container_probe_sends_the_workers_first_token(
+    served: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    port = int(served.rsplit(":", 1)[1])
+    for name in ("RUNSTATE_HTTP_TOKEN", "RUNSTATE_HTTP_TOKENS", "RUNSTATE_HTTP_TOKENS_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    assert probe.probe("livez", port)  # open
+    assert not probe.probe("readyz", port)
+    monkeypatch.setenv("RUNSTATE_HTTP_TOKENS", f"{OLD}, {TOKEN}")  # the worker's own
+    assert probe.probe("readyz", port)
+    monkeypatch.setenv("RUNSTATE_HTTP_TOKEN", "nope")  # a client's token goes first
+    assert not probe.probe("readyz", port)
 
 
 # -- tokens from the environment and a file ---------------------------------------------
