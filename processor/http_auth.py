@@ -45,6 +45,8 @@ CHALLENGES = (
 #: time look the same: an editor's truncate-then-write can fall within one tick of the
 #: file system's clock, and the half-written file must not be what is kept.
 SETTLE_NS = 2_000_000_000
+#: What a missing file "looks like" to the cache, so that its absence is logged once.
+_MISSING = (-1, -1, -1)
 
 
 class TokenError(ValueError):
@@ -124,7 +126,9 @@ class HttpTokens:
     def admits(self, presented: str) -> bool:
         """`presented` is one of the tokens, compared in constant time: every token is
         compared, all the way through, whichever matches."""
-        given = presented.encode("utf-8", "surrogateescape")
+        # surrogatepass: whatever a server decoded the header to encodes (never raises),
+        # and never to the bytes of another string ("replace" could make a "?")
+        given = presented.encode("utf-8", "surrogatepass")
         matches = [hmac.compare_digest(given, t.encode()) for t in self.current()]
         return any(matches)
 
@@ -145,7 +149,7 @@ class HttpTokens:
         try:
             stat = file.stat()
         except OSError as exc:
-            self._report(None, f"cannot read {file} ({exc.strerror or exc})")
+            self._report(_MISSING, f"cannot read {file} ({exc.strerror or exc})")
             return
         seen = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
         settled = time.time_ns() - stat.st_mtime_ns > SETTLE_NS
@@ -162,10 +166,10 @@ class HttpTokens:
                 log.warning("%s holds no token: every request but /livez is refused", file)
         self._from_file, self._seen = tokens, seen
 
-    def _report(self, seen: tuple[int, int, int] | None, problem: str) -> None:
+    def _report(self, seen: tuple[int, int, int], problem: str) -> None:
         """A file that cannot be used keeps the tokens read before (a rotation half
         done must not lock every client out); said once per version of the file."""
-        if seen is None or seen != self._reported:
+        if seen != self._reported:
             log.error("%s; the tokens read before are still accepted", problem)
         self._reported = seen
 

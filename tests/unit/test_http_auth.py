@@ -4,6 +4,7 @@ under a running worker, and the bind rule a worker starts by (no broker)."""
 
 import base64
 import json
+import logging
 import os
 import threading
 import time
@@ -95,6 +96,11 @@ def test_without_tokens_the_api_is_open() -> None:
     node = FakeNode(runs={"r1": owned_run("r1")})
     assert get(node, "/runs/r1")[0] == 200
     assert get(node, "/runs/r1", "Bearer anything")[0] == 200
+
+
+def test_a_header_with_what_no_token_holds_is_refused_not_an_error(node: FakeNode) -> None:
+    for authorization in ("Bearer tok-\ud800", "Bearer tok-\udcff", "Bearer tok-é"):
+        assert get(node, "/runs/r1", authorization)[0] == 401
 
 
 def test_presented_token() -> None:
@@ -200,7 +206,9 @@ def _age(file: Path, seconds: float) -> None:
     os.utime(file, ns=(then, then))
 
 
-def test_a_rotation_in_the_file_is_picked_up_without_a_restart(tmp_path: Path) -> None:
+def test_a_rotation_in_the_file_is_picked_up_without_a_restart(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     file = tmp_path / "tokens"
     file.write_text(f"{OLD}\n")
     _age(file, 60)
@@ -220,9 +228,15 @@ def test_a_rotation_in_the_file_is_picked_up_without_a_restart(tmp_path: Path) -
     assert get(node, "/runs/r1", f"Bearer {TOKEN}")[0] == 200
     # 3. a file that cannot be used keeps the tokens read before; an empty one locks out
     file.write_text("not one token\n")
-    assert get(node, "/runs/r1", f"Bearer {TOKEN}")[0] == 200
-    file.unlink()
-    assert get(node, "/runs/r1", f"Bearer {TOKEN}")[0] == 200
+    with caplog.at_level(logging.ERROR, "runstate.http"):
+        assert get(node, "/runs/r1", f"Bearer {TOKEN}")[0] == 200
+        file.unlink()
+        for _ in range(3):
+            assert get(node, "/runs/r1", f"Bearer {TOKEN}")[0] == 200
+    # each problem logged once, not at every request
+    logged = [r.getMessage() for r in caplog.records]
+    assert len(logged) == 2 and "a token is printable ASCII" in logged[0]
+    assert "cannot read" in logged[1] and "still accepted" in logged[1]
     file.write_text("")
     assert get(node, "/runs/r1", f"Bearer {TOKEN}")[0] == 401
     assert tokens.configured and get(node, "/livez")[0] == 200
