@@ -3,6 +3,9 @@ error messages live here, once. A runtime implements `Node` (what it knows) and 
 server hands each GET's path and query string to `answer`, which may block (peers are
 asked over HTTP, a Faust worker reads a topic for a history): run it in a thread.
 
+When the worker has tokens, every endpoint but /livez wants one (the rule, its headers
+and its words are processor/http_auth.py's); without, a 401 with WWW-Authenticate.
+
 GET /health                  the runtime's identity, owned partitions, counters
 GET /livez                   200 while the worker's loop turns, else 503 (restart it)
 GET /readyz                  200 when the worker is in its group with every assigned
@@ -24,13 +27,13 @@ import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import parse_qs, quote, unquote
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from processor import cluster, inspector
+from processor import cluster, http_auth, inspector
 from processor.engine import Machine
 from processor.partitioning import partition_for
 from schemas.messages import Rejection, RunSnapshot, Transition
@@ -49,12 +52,13 @@ ENDPOINTS = (
 
 @dataclass(frozen=True)
 class Answer:
-    """What the server sends back: status, Content-Type, body and any other headers."""
+    """What the server sends back: status, Content-Type, body and any other headers (a
+    name may come more than once: a 401's challenges)."""
 
     status: int
     content_type: str
     body: bytes
-    headers: Mapping[str, str] = field(default_factory=dict)
+    headers: Sequence[tuple[str, str]] = ()
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,10 @@ class Node(Protocol):
     @property
     def advertised_url(self) -> str | None:
         """The URL other workers reach this one at (it is in the group's description)."""
+
+    @property
+    def http_tokens(self) -> http_auth.HttpTokens:
+        """The tokens this worker accepts; it sends the first to the other workers."""
 
     def owned(self) -> list[int]:
         """The partitions whose state this worker holds and serves now."""
@@ -114,9 +122,14 @@ class Node(Protocol):
         """The Prometheus exposition."""
 
 
-def answer(node: Node, path: str, query: str) -> Answer:
-    """The answer to GET `path`?`query` (both as sent: percent-encoded)."""
+def answer(node: Node, path: str, query: str, authorization: str | None = None) -> Answer:
+    """The answer to GET `path`?`query` (both as sent: percent-encoded), asked with
+    `authorization` (the request's Authorization header, if any)."""
     parts = [unquote(p) for p in path.strip("/").split("/")]
+    refused = http_auth.refusal(node.http_tokens, "/".join(parts), authorization)
+    if refused is not None:
+        body = json.dumps({"error": refused}).encode()
+        return Answer(401, JSON, body, http_auth.CHALLENGES)
     params = {k: v[-1] for k, v in parse_qs(query).items()}
     if parts == ["runs"]:
         return _runs_in_state(node, params)
@@ -180,7 +193,7 @@ def _cluster(
         if peer.url == url:
             continue
         try:
-            answered = cluster.ask(peer.url, path, params)
+            answered = cluster.ask(peer.url, path, params, node.http_tokens.first())
         except (OSError, ValueError) as exc:
             log.warning("%s did not answer %s: %s", peer.url, path, exc)
             continue
@@ -240,7 +253,7 @@ def _inspect(node: Node, run_id: str) -> Answer:
         owner = next((p.url for p in node.peers() if partition in p.partitions), None)
         if owner is not None and owner != node.advertised_url:
             location = f"{owner}/inspect?run={quote(run_id, safe='')}"
-            return Answer(307, "text/plain", b"", {"Location": location})
+            return Answer(307, "text/plain", b"", (("Location", location),))
         problem = f"Run '{run_id}' lives in partition {partition}, whose owner is not known now."
         return _html(503, inspector.page(run_id, None, None, [], [], now_ms, problem))
     snapshot = record.snapshot

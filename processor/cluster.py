@@ -2,9 +2,11 @@
 for the partitions it owns and asks the other members of its consumer group for theirs.
 Members are found by describing the group; each advertises its HTTP URL in its Kafka
 client.id (as Kafka Streams advertises `application.server`; the Faust runtime through
-its `broker_client_id`), so no registry of its own is needed."""
+its `broker_client_id`), so no registry of its own is needed. A worker asks the others
+with the first of its HTTP tokens: the workers of a group share them."""
 
 import json
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterable
@@ -12,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from confluent_kafka.admin import AdminClient
+
+from processor.http_auth import TOKENS_ENV, TOKENS_FILE_ENV, bearer
 
 _CLIENT_ID = "runstate-worker@"
 
@@ -61,11 +65,20 @@ def peers(admin: AdminClient, group_id: str, topic: str) -> list[Peer]:
     return found
 
 
-def ask(url: str, path: str, params: dict[str, str]) -> Any:
-    """GET a peer's answer for its own partitions only (local=1)."""
+def ask(url: str, path: str, params: dict[str, str], token: str | None = None) -> Any:
+    """GET a peer's answer for its own partitions only (local=1), sending `token`."""
     query = urllib.parse.urlencode({**params, "local": "1"})
-    with urllib.request.urlopen(f"{url}{path}?{query}", timeout=10) as response:
-        return json.loads(response.read())
+    request = urllib.request.Request(f"{url}{path}?{query}", headers=bearer(token))
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        if exc.code != 401:
+            raise
+        raise OSError(
+            "401: it does not accept this worker's token; every worker of the group "
+            f"needs the same {TOKENS_ENV} / {TOKENS_FILE_ENV}"
+        ) from exc
 
 
 def merge_runs(

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from processor.engine import Machine
+from processor.http_auth import HttpTokens
 from processor.intake import DEFAULT_MAX_PROPOSAL_BYTES
 from processor.keyring import Keyring
 from processor.pipeline import DEFAULT_MAX_STATE_BYTES
@@ -94,3 +95,5 @@ class WorkerConfig:
     static_membership: bool = False  # group.instance.id = worker id (KIP-345)
     http_host: str = "127.0.0.1"
     http_port: int | None = 0  # None: no HTTP server; 0: a free port
+    #: What the HTTP API asks of every request but /livez (none: open, loopback only).
+    http_tokens: HttpTokens = field(default_factory=HttpTokens)

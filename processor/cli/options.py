@@ -71,6 +71,14 @@ worker_url_option = option(
     default=("http://127.0.0.1:8080",),
     help="HTTP address of a worker (repeatable; the one owning the run answers).",
 )
+http_token_option = option(
+    "--http-token",
+    env="HTTP_TOKEN",
+    default=None,
+    help="The token to send to the workers' HTTP API (Authorization: Bearer), when they "
+    "ask for one (they list it in RUNSTATE_HTTP_TOKENS or their tokens file). Prefer the "
+    "variable: a flag's value shows in the process list.",
+)
 
 group_id_option = option(
     "--group-id", env="GROUP_ID", default="runstate", help="Consumer group of the workers."

@@ -15,6 +15,7 @@ from rich.table import Table
 from processor.cli.machines import catalog_with_versions
 from processor.cli.options import (
     KafkaContext,
+    http_token_option,
     keyring_file_option,
     machine_path_option,
     option,
@@ -177,13 +178,14 @@ def propose(
     _finish(client, pid, wait, timeout)
 
 
-def _reader(worker_urls: tuple[str, ...]) -> RunReader:
-    return RunReader(worker_urls)
+def _reader(worker_urls: tuple[str, ...], http_token: str | None) -> RunReader:
+    return RunReader(worker_urls, http_token=http_token)
 
 
 @click.command()
 @click.argument("run_id")
 @worker_url_option
+@http_token_option
 @option(
     "--at",
     "at_time",
@@ -204,6 +206,7 @@ def _reader(worker_urls: tuple[str, ...]) -> RunReader:
 def get(
     run_id: str,
     worker_urls: tuple[str, ...],
+    http_token: str | None,
     at_time: str | None,
     at_offset: int | None,
     kafka: KafkaContext,
@@ -213,7 +216,7 @@ def get(
     as it stood at a time or offset, replayed from the transitions topic."""
     if at_time is None and at_offset is None:
         try:
-            snapshot = _reader(worker_urls).snapshot(run_id)
+            snapshot = _reader(worker_urls, http_token).snapshot(run_id)
         except LookupError as exc:
             raise click.ClickException(str(exc)) from exc
     else:
@@ -233,10 +236,11 @@ def get(
 @click.command()
 @click.argument("run_id")
 @worker_url_option
-def history(run_id: str, worker_urls: tuple[str, ...]) -> None:
+@http_token_option
+def history(run_id: str, worker_urls: tuple[str, ...], http_token: str | None) -> None:
     """Print run RUN_ID's transitions as JSON lines, oldest first."""
     try:
-        transitions = _reader(worker_urls).history(run_id)
+        transitions = _reader(worker_urls, http_token).history(run_id)
     except LookupError as exc:
         raise click.ClickException(str(exc)) from exc
     for transition in transitions:
@@ -289,13 +293,20 @@ def tail(what: str, from_beginning: bool, limit: int, kafka: KafkaContext) -> No
 
 @click.command()
 @worker_url_option
+@http_token_option
 @option("--state", env="STATE", default=None, help="List the runs in this state instead.")
 @option("--machine", env="MACHINE", default=None, help="With --state: only this machine's.")
 @option("--limit", env="LIMIT", type=click.IntRange(1, 1000), default=20, help="With --state.")
-def stats(worker_urls: tuple[str, ...], state: str | None, machine: str | None, limit: int) -> None:
+def stats(
+    worker_urls: tuple[str, ...],
+    http_token: str | None,
+    state: str | None,
+    machine: str | None,
+    limit: int,
+) -> None:
     """How many runs are in each state across the cluster, and how long the oldest has
     waited there (any worker answers for all); with --state, those runs, longest first."""
-    reader = _reader(worker_urls)
+    reader = _reader(worker_urls, http_token)
     now_ms = int(time.time() * 1000)
     try:
         data = reader.stats() if state is None else reader.runs_in_state(state, machine, limit)

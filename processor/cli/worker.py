@@ -25,6 +25,7 @@ from processor.cli.options import (
 from processor.config import WorkerConfig
 from processor.engine.parse import MachineFileError
 from processor.errors import ClientBroken, WorkerError
+from processor.http_auth import HttpTokens, TokenError, bind_refusal, is_loopback
 from processor.keyring import KeyringError, load_keyring
 from processor.logs import FORMATS, setup_logging
 from processor.runtime.http import serve
@@ -52,8 +53,35 @@ from processor.versions import deployed_catalog
 )
 @keyring_file_option
 @machine_path_option
-@option("--http-host", env="HTTP_HOST", default="127.0.0.1", help="HTTP API bind address.")
+@option(
+    "--http-host",
+    env="HTTP_HOST",
+    default="127.0.0.1",
+    help="HTTP API bind address. Anything but loopback (127.0.0.0/8, ::1, localhost) "
+    "needs tokens (RUNSTATE_HTTP_TOKENS or --http-tokens-file) or --http-insecure.",
+)
 @option("--http-port", env="HTTP_PORT", type=int, default=8080, help="HTTP API port (0: free).")
+@option(
+    "--http-tokens-file",
+    "--http-token-file",
+    "http_tokens_file",
+    env="HTTP_TOKENS_FILE",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="A file of the tokens the HTTP API accepts, one per line ('#' comments), read "
+    "again when it changes (rotation without a restart). Every endpoint but /livez then "
+    "wants 'Authorization: Bearer <token>' or HTTP Basic with the token as the password. "
+    "RUNSTATE_HTTP_TOKENS may list tokens too (comma-separated); both count. Other "
+    "workers of the group are asked with the first token: give them all the same list.",
+)
+@option(
+    "--http-insecure",
+    env="HTTP_INSECURE",
+    is_flag=True,
+    default=False,
+    help="Serve the HTTP API without tokens on an address other machines can reach "
+    "(refused otherwise). Anyone who reaches the port reads every run.",
+)
 @option(
     "--advertised-url",
     env="ADVERTISED_URL",
@@ -137,6 +165,8 @@ def worker(
     machine_paths: tuple[Path, ...],
     http_host: str,
     http_port: int,
+    http_tokens_file: Path | None,
+    http_insecure: bool,
     advertised_url: str | None,
     commit_interval_ms: int,
     commit_max_records: int,
@@ -160,6 +190,21 @@ def worker(
     faulthandler.enable()
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     setup_logging(log_level, log_format)  # either runtime: its worker leaves it alone
+    # Before anything connects: a worker that would serve every run to anyone who
+    # reaches its port does not start (exit 2, a usage error: a setting is missing).
+    try:
+        http_tokens = HttpTokens.from_env(http_tokens_file)
+    except TokenError as exc:
+        raise click.UsageError(str(exc)) from exc
+    refused = bind_refusal(http_host, http_tokens, http_insecure)
+    if refused is not None:
+        raise click.UsageError(refused)
+    if not http_tokens.configured and not is_loopback(http_host):
+        logging.getLogger("runstate.http").warning(
+            "the HTTP API on %s asks for no token (--http-insecure): whoever reaches it "
+            "reads every run",
+            http_host,
+        )
     try:
         settings = kafka.settings
         keyring = load_keyring(keyring_file, os.environ.get("RUNSTATE_KEYRING"))
@@ -183,6 +228,8 @@ def worker(
             timer_key_file=timer_key_file,
             keyring_file=keyring_file,
             static_membership=static_membership,
+            http_host=http_host,
+            http_tokens=http_tokens,
         )
         if runtime == "faust":
             from processor.faust_runtime import run_faust_worker

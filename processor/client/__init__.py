@@ -11,10 +11,13 @@ default (murmur2) partitioner, and signed (Ed25519 or HMAC-SHA256) over the topi
 key, the value, the key id and the time of sending (docs/wire.md).
 An outcome is a `Transition`, a `Rejection`, or for a heartbeat a `Heartbeat`. A
 proposal sent again with a proposal id the run already committed (a safe retry) is
-answered with the original transition, however long ago it was committed.
+answered with the original transition, however long ago it was committed. Reads
+(`snapshot`, `history`) ask the workers' HTTP API at `worker_urls`, sending `http_token`
+(or RUNSTATE_HTTP_TOKEN) when the workers ask for one.
 """
 
 import json
+import os
 import threading
 import time
 import urllib.error
@@ -27,6 +30,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from processor.config import KafkaSettings
+from processor.http_auth import CLIENT_TOKEN_ENV, bearer
 from processor.keyring import SigningKey
 from processor.partitioning import partition_for
 from processor.readback import read_partition, watermarks
@@ -136,10 +140,13 @@ class OutcomeWaiter:
 
 
 class RunReader:
-    """Reads committed runs from the workers' HTTP API; the owning worker answers."""
+    """Reads committed runs from the workers' HTTP API; the owning worker answers. It
+    sends `http_token` (default: RUNSTATE_HTTP_TOKEN) to the workers, which ask for one
+    when they have tokens configured."""
 
-    def __init__(self, worker_urls: Iterable[str]) -> None:
+    def __init__(self, worker_urls: Iterable[str], *, http_token: str | None = None) -> None:
         self._worker_urls = [u.rstrip("/") for u in worker_urls]
+        self._headers = bearer(http_token or os.environ.get(CLIENT_TOKEN_ENV))
 
     def _get(self, path: str) -> Any:
         if not self._worker_urls:
@@ -147,15 +154,24 @@ class RunReader:
         errors = []
         for base in self._worker_urls:
             try:
-                with urllib.request.urlopen(base + path, timeout=10) as response:
+                request = urllib.request.Request(base + path, headers=self._headers)
+                with urllib.request.urlopen(request, timeout=10) as response:
                     return json.loads(response.read())
             except urllib.error.HTTPError as exc:
                 if exc.code == 404:
                     return None
+                if exc.code == 401:
+                    errors.append(f"{base}: 401, {self._unauthorized()}")
+                    continue
                 errors.append(f"{base}: {exc.code}")  # 421: another worker owns it
             except OSError as exc:
                 errors.append(f"{base}: {exc}")
         raise LookupError(f"no worker could answer {path}: {'; '.join(errors)}")
+
+    def _unauthorized(self) -> str:
+        if not self._headers:
+            return f"the worker wants a token: set {CLIENT_TOKEN_ENV} (http_token=, --http-token)"
+        return "the worker does not accept the token sent: is it a current one?"
 
     def snapshot(self, run_id: str) -> RunSnapshot | None:
         """The run's committed snapshot, from whichever given worker owns it."""
@@ -195,6 +211,7 @@ class RunstateClient:
         key_id: str | None = None,
         secret: str | None = None,
         worker_urls: Iterable[str] = (),
+        http_token: str | None = None,
     ) -> None:
         """Sign with `signing_key` (an Ed25519 or HMAC key, `runstate keys add` writes
         one), or with the HMAC key `key_id` whose shared secret is `secret`."""
@@ -205,7 +222,8 @@ class RunstateClient:
                 raise ValueError("give signing_key, or key_id and secret (an HMAC key)")
             signing_key = SigningKey.hmac(key_id, secret)
         self.signing_key = signing_key
-        self.reader = RunReader(worker_urls)
+        # Sent to worker_urls only (default: RUNSTATE_HTTP_TOKEN); Kafka never sees it.
+        self.reader = RunReader(worker_urls, http_token=http_token)
         self._producer = Producer(
             settings.client(
                 {

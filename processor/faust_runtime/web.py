@@ -21,8 +21,9 @@ import faust
 from confluent_kafka.admin import AdminClient
 from faust.web import Request, Response, View
 from faust.web.drivers.aiohttp import Web as AiohttpWeb
+from multidict import CIMultiDict
 
-from processor import api, cluster
+from processor import api, cluster, http_auth
 from processor.config import WorkerConfig
 from processor.engine import Machine
 from processor.faust_runtime.history import run_history
@@ -105,6 +106,10 @@ class FaustNode:
     @property
     def advertised_url(self) -> str | None:
         return self._advertised_url
+
+    @property
+    def http_tokens(self) -> http_auth.HttpTokens:
+        return self.config.http_tokens
 
     def owned(self) -> list[int]:
         return self._on_loop(self._owned_now)
@@ -200,9 +205,11 @@ def serve_api(app: faust.App, node: FaustNode) -> None:
         async def get(self, request: Request, path: str = "") -> Response:
             url = request.rel_url
             loop = node.loop = asyncio.get_running_loop()
+            authorization = request.headers.get("Authorization")
             answer = await loop.run_in_executor(
-                None, api.answer, node, url.raw_path, url.raw_query_string
+                None, api.answer, node, url.raw_path, url.raw_query_string, authorization
             )
-            # aiohttp takes a charset only as a header, not as content_type
-            headers = {"Content-Type": answer.content_type, **answer.headers}
+            # aiohttp takes a charset only as a header, not as content_type; a multidict,
+            # as a 401 carries two WWW-Authenticate headers
+            headers = CIMultiDict([("Content-Type", answer.content_type), *answer.headers])
             return self.bytes(answer.body, status=answer.status, headers=headers)

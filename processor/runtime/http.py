@@ -22,11 +22,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         path, _, query = self.path.partition("?")
-        answer = api.answer(self.node, path, query)
+        answer = api.answer(self.node, path, query, self.headers.get("Authorization"))
         self.send_response(answer.status)
         self.send_header("Content-Type", answer.content_type)
         self.send_header("Content-Length", str(len(answer.body)))
-        for name, value in answer.headers.items():
+        for name, value in answer.headers:
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(answer.body)

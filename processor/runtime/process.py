@@ -14,6 +14,7 @@ from typing import Any
 
 from processor.broker.launcher import free_port
 from processor.children import die_with_parent
+from processor.http_auth import TOKENS_ENV, bearer
 
 
 class WorkerProcess:
@@ -27,10 +28,12 @@ class WorkerProcess:
         keyring_file: Path,
         log_path: Path,
         extra_args: tuple[str, ...] = (),
+        http_token: str | None = None,
     ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
+        self.headers = bearer(http_token)  # what this object sends to the worker's API
         command = [
             sys.executable,
             "-m",
@@ -53,6 +56,8 @@ class WorkerProcess:
         # Only the flags above configure it, not whatever RUNSTATE_* the caller has set.
         env = {k: v for k, v in os.environ.items() if not k.startswith("RUNSTATE_")}
         env["COLUMNS"] = "160"
+        if http_token is not None:  # in the environment: a flag would show it in `ps`
+            env[TOKENS_ENV] = http_token
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in wait()
         self.proc = subprocess.Popen(
             command,
@@ -65,7 +70,7 @@ class WorkerProcess:
 
     def health(self) -> dict[str, Any] | None:
         try:
-            with urllib.request.urlopen(self.url + "/health", timeout=2) as response:
+            with urllib.request.urlopen(self._request("/health"), timeout=2) as response:
                 data: dict[str, Any] = json.loads(response.read())
                 return data
         except (OSError, ValueError):
@@ -88,12 +93,15 @@ class WorkerProcess:
     def get(self, path: str) -> Any:
         """GET a path of the worker's API; None on 404."""
         try:
-            with urllib.request.urlopen(self.url + path, timeout=5) as response:
+            with urllib.request.urlopen(self._request(path), timeout=5) as response:
                 return json.loads(response.read())
         except urllib.error.HTTPError as exc:
             if exc.code == 404:
                 return None
             raise
+
+    def _request(self, path: str) -> urllib.request.Request:
+        return urllib.request.Request(self.url + path, headers=self.headers)
 
     def run_path(self, run_id: str, suffix: str = "") -> str:
         return f"/runs/{urllib.parse.quote(run_id, safe='')}{suffix}"

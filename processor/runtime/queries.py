@@ -12,6 +12,7 @@ from confluent_kafka.admin import AdminClient
 from processor import cluster
 from processor.api import RunRecord
 from processor.engine import Machine
+from processor.http_auth import HttpTokens
 from processor.runtime.store import InState
 from processor.runtime.worker import Worker
 
@@ -32,6 +33,10 @@ class WorkerQueries:
     @property
     def advertised_url(self) -> str | None:
         return self.worker.advertised_url
+
+    @property
+    def http_tokens(self) -> HttpTokens:
+        return self.worker.config.http_tokens
 
     def owned(self) -> list[int]:
         return self.worker.stores.owned()

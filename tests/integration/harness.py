@@ -92,9 +92,17 @@ def runstate(env: Env, *args: str) -> subprocess.CompletedProcess[str]:
 class WorkerProcess(ProductWorkerProcess):
     """The product's worker process, wired to a test's topics, keyring and group."""
 
-    def __init__(self, env: Env, state_dir: Path, *extra: str, runtime: str = "native") -> None:
+    def __init__(
+        self,
+        env: Env,
+        state_dir: Path,
+        *extra: str,
+        runtime: str = "native",
+        http_token: str | None = None,
+    ) -> None:
         self.runtime = runtime
         super().__init__(
+            http_token=http_token,  # the worker accepts it, and this object sends it
             bootstrap=env.bootstrap,
             topic_prefix=env.topics.proposals.removesuffix("proposals"),
             group_id=env.group_id,

@@ -1,7 +1,9 @@
 """The run inspector in a real browser: headless Chromium (Debian's chromium and
 chromium-driver, driven by Selenium) opens the page of a run the demo drove, finds its
 current state highlighted in the diagram and every transition in the timeline, and
-saves a screenshot (kept under the test's tmp dir, path printed)."""
+saves a screenshot (kept under the test's tmp dir, path printed). The worker has an HTTP
+token, which the browser sends as HTTP Basic's password (from the URL's credentials, as
+its own prompt would)."""
 
 import shutil
 import urllib.parse
@@ -33,9 +35,12 @@ def browser() -> webdriver.Chrome:
     return webdriver.Chrome(service=Service(driver), options=options)
 
 
+TOKEN = "inspect-token-0123456789abcdef"
+
+
 @pytest.mark.parametrize("runtime", ["native", "faust"])
 def test_inspector_shows_a_demo_run_in_chromium(env: Env, runtime: str) -> None:
-    worker = WorkerProcess(env, env.tmp / "w1", runtime=runtime)
+    worker = WorkerProcess(env, env.tmp / "w1", runtime=runtime, http_token=TOKEN)
     driver = Driver(KafkaSettings(env.bootstrap), env.topics, env.keyring, seed=7)
     try:
         worker.wait_ready(partitions=3)
@@ -46,7 +51,9 @@ def test_inspector_shows_a_demo_run_in_chromium(env: Env, runtime: str) -> None:
         assert snapshot is not None and history
         chrome = browser()
         try:
-            chrome.get(f"{worker.url}/inspect?run={urllib.parse.quote(run_id)}")
+            # Chromium sends the URL's credentials only when asked (a 401 naming Basic)
+            signed_in = worker.url.replace("http://", f"http://anyone:{TOKEN}@")
+            chrome.get(f"{signed_in}/inspect?run={urllib.parse.quote(run_id)}")
             current = chrome.find_elements(By.CSS_SELECTOR, "svg g.state.current")
             assert [c.get_attribute("data-state") for c in current] == [snapshot.state]
             fill = chrome.execute_script(

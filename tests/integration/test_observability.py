@@ -1,5 +1,7 @@
-"""What operators see: GET /metrics after a known scenario, and the JSON logs."""
+"""What operators see: GET /metrics after a known scenario, the JSON logs, runs by
+state across workers (which ask each other with their HTTP token), the probes."""
 
+import base64
 import json
 import os
 import subprocess
@@ -8,6 +10,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -205,10 +208,14 @@ def test_json_logs_at_seed_levels(env: Env, runtime: str) -> None:
     assert outcomes[0]["run_id"] == outcomes[1]["run_id"] == "j1"
 
 
+TOKEN = "obs-token-0123456789abcdef"
+
+
 @pytest.mark.parametrize("runtime", ["native", "faust"])
 def test_runs_by_state_across_workers_from_either_worker(env: Env, runtime: str) -> None:
     """GET /runs?state= and /stats answer for the whole cluster whichever worker is
-    asked: paused runs in every partition, paged longest-waiting first."""
+    asked: paused runs in every partition, paged longest-waiting first. The workers have
+    an HTTP token: every endpoint but /livez wants it (also from each other)."""
     paused = []
     for n in range(100):  # two paused runs in each partition, whoever owns it
         run_id = f"q{n}"
@@ -217,8 +224,8 @@ def test_runs_by_state_across_workers_from_either_worker(env: Env, runtime: str)
         if len(paused) == 6:
             break
     running = ["q-run-a", "q-run-b"]
-    first = WorkerProcess(env, env.tmp / "w1", runtime=runtime)
-    second = WorkerProcess(env, env.tmp / "w2", runtime=runtime)
+    first = WorkerProcess(env, env.tmp / "w1", runtime=runtime, http_token=TOKEN)
+    second = WorkerProcess(env, env.tmp / "w2", runtime=runtime, http_token=TOKEN)
     client, workers = env.client(), [first, second]
     try:
         first.wait_ready()
@@ -257,23 +264,53 @@ def test_runs_by_state_across_workers_from_either_worker(env: Env, runtime: str)
             capture_output=True,
             text=True,
             timeout=60,
-            env={**os.environ, "COLUMNS": "120"},
+            env={**os.environ, "COLUMNS": "120", "RUNSTATE_HTTP_TOKEN": TOKEN},
         )
         assert shown.returncode == 0, shown.stderr
         row = next(line for line in shown.stdout.splitlines() if " paused " in line and M in line)
         assert "6" in row.split()
+        mine = set((first.health() or {})["partitions"])  # a run it owns: 200, not 421
+        _only_with_the_token(first, next(r for r in paused if partition_for(r, 3) in mine))
     finally:
         client.close()
         for worker in workers:
             assert worker.terminate() == 0, worker.log()
 
 
-def _status(url: str) -> tuple[int, bytes, str]:
+def _only_with_the_token(worker: WorkerProcess, run_id: str) -> None:
+    """Without the token: 401 and the two challenges; with it (Bearer, or Basic's
+    password): served; /livez open."""
+    for path in (worker.run_path(run_id), "/metrics", f"/inspect?run={run_id}", "/readyz"):
+        status, body, _, headers = _answer(worker.url + path)
+        assert status == 401 and "Authorization: Bearer" in json.loads(body)["error"], path
+        assert headers.get_all("WWW-Authenticate") == [
+            'Bearer realm="runstate"',
+            'Basic realm="runstate"',
+        ]
+        assert _status(worker.url + path, f"Bearer {TOKEN}x")[0] == 401, path
+        assert _status(worker.url + path, f"Bearer {TOKEN}")[0] == 200, path
+        basic = base64.b64encode(f"anyone:{TOKEN}".encode()).decode()
+        assert _status(worker.url + path, f"Basic {basic}")[0] == 200, path
+    assert _status(worker.url + "/livez")[0] == 200
+
+
+def _answer(url: str, authorization: str | None = None) -> tuple[int, bytes, str, Any]:
+    headers = {"Authorization": authorization} if authorization else {}
     try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return response.status, response.read(), response.headers["Content-Type"]
+        request = urllib.request.Request(url, headers=headers)
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return (
+                response.status,
+                response.read(),
+                response.headers["Content-Type"],
+                response.headers,
+            )
     except urllib.error.HTTPError as exc:
-        return exc.code, exc.read(), exc.headers["Content-Type"]
+        return exc.code, exc.read(), exc.headers["Content-Type"], exc.headers
+
+
+def _status(url: str, authorization: str | None = None) -> tuple[int, bytes, str]:
+    return _answer(url, authorization)[:3]
 
 
 def test_faust_probes_and_inspector(env: Env) -> None:

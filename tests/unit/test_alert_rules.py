@@ -1,4 +1,5 @@
-"""The task alert rules: valid for Prometheus, and each fires when it should.
+"""The task alert rules: valid for Prometheus, and each fires when it should; and the
+scrape config beside them is valid.
 
 promtool comes with Debian's `prometheus` package; `make test` installs it (see the
 Makefile's `tools` step) and this test fails, not skips, without it."""
@@ -20,6 +21,12 @@ def test_promtool_check_rules() -> None:
     result = _promtool("check", "rules", "alerts.yml")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS: 6 rules found" in result.stdout
+
+
+def test_promtool_check_scrape_config() -> None:
+    # syntax only: the token file it names exists in the compose volume, not here
+    result = _promtool("check", "config", "--syntax-only", "prometheus.yml")
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_promtool_rule_unit_tests() -> None:

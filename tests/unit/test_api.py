@@ -15,6 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from processor import api
 from processor.cluster import Peer, StateStats
 from processor.engine import Machine
+from processor.http_auth import HttpTokens
 from processor.machines import builtin_machines
 from processor.partitioning import partition_for
 from schemas.messages import RunSnapshot
@@ -44,6 +45,7 @@ class FakeNode:
     idle: float = 0.1
     waits: list[str] = field(default_factory=list)
     keeps_refusals: bool = True
+    http_tokens: HttpTokens = field(default_factory=HttpTokens)  # none: the API is open
 
     @property
     def machines(self) -> Mapping[str, Machine]:
@@ -90,9 +92,9 @@ class FakeNode:
         return b"runstate_runs 1\n"
 
 
-def get(node: FakeNode, url: str) -> tuple[int, Any, api.Answer]:
+def get(node: FakeNode, url: str, authorization: str | None = None) -> tuple[int, Any, api.Answer]:
     parts = urlsplit(url)
-    answer = api.answer(node, parts.path, parts.query)
+    answer = api.answer(node, parts.path, parts.query, authorization)
     body: Any = answer.body
     if answer.content_type == api.JSON:
         body = json.loads(answer.body)
@@ -195,6 +197,8 @@ def peer() -> Iterator[tuple[str, list[dict[str, str]]]]:
         def do_GET(self) -> None:
             path, _, query = self.path.partition("?")
             asked.append({k: v[-1] for k, v in parse_qs(query).items()} | {"path": path})
+            if self.headers.get("Authorization"):  # the token a worker sends its peers
+                asked[-1]["authorization"] = self.headers["Authorization"]
             if path == "/runs":
                 items: list[dict[str, Any]] = [
                     {"run_id": "p", "entered_state_at_ms": 15, "machine": M, "state": "paused"}
@@ -244,6 +248,16 @@ def test_cluster_queries_ask_the_peers_and_name_partitions_nobody_answered_for(
     assert body["partitions"] == [0] and body["items"][0]["runs"] == 2
 
 
+def test_a_worker_with_tokens_asks_its_peers_with_the_first(
+    peer: tuple[str, list[dict[str, str]]],
+) -> None:
+    url, asked = peer
+    node = FakeNode(peer_list=[Peer(url, (2,))], http_tokens=HttpTokens(["t-first", "t-next"]))
+    status, _, _ = get(node, "/stats", "Bearer t-next")  # any of them lets the client in
+    assert status == 200
+    assert asked == [{"local": "1", "path": "/stats", "authorization": "Bearer t-first"}]
+
+
 def test_the_inspector_page_its_redirect_and_a_runtime_without_refusals() -> None:
     node = FakeNode(runs={"r1": owned_run("r1")})
     status, html, answer = get(node, "/")
@@ -260,4 +274,5 @@ def test_the_inspector_page_its_redirect_and_a_runtime_without_refusals() -> Non
     assert status == 503 and "whose owner is not known now" in html
     node.peer_list = [Peer("http://other:8080", (partition,))]
     status, _, answer = get(node, "/inspect?run=r%202")
-    assert status == 307 and answer.headers == {"Location": "http://other:8080/inspect?run=r%202"}
+    location = ("Location", "http://other:8080/inspect?run=r%202")
+    assert status == 307 and answer.headers == (location,)

@@ -44,6 +44,22 @@ def test_compose_runs_topic_setup_before_the_worker() -> None:
     )
 
 
+def test_compose_gives_the_worker_a_token_and_prometheus_the_same() -> None:
+    """The worker listens on 0.0.0.0 there, so it needs a token to start at all; the
+    setup writes one into a volume the worker and Prometheus mount (not the keyring's)."""
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    worker, prometheus = services["worker"], services["prometheus"]
+    assert worker["environment"]["RUNSTATE_HTTP_HOST"] == "0.0.0.0"
+    token = worker["environment"]["RUNSTATE_HTTP_TOKENS_FILE"]
+    assert token == "/http-auth/token" and token in " ".join(services["topics"]["command"])
+    for service in (worker, prometheus):
+        assert "http-auth:/http-auth:ro" in service["volumes"]
+    assert not any(v.startswith("keys:") for v in prometheus["volumes"])
+    scrape = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    (job,) = scrape["scrape_configs"]
+    assert job["authorization"] == {"type": "Bearer", "credentials_file": token}
+
+
 def test_the_health_probe_answers_from_the_worker_api() -> None:
     import threading
     from http.server import BaseHTTPRequestHandler, HTTPServer
