@@ -15,9 +15,11 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 ## tools: what the tests run besides Python: promtool (alert rules) and headless Chromium
-## with its driver (the inspector's browser test), from Debian's packages when missing
+## with its driver (the inspector's browser test), from Debian's packages when missing;
+## and the second wire implementation's packages (tests/node: npm ci, when node is here)
 TOOLS := promtool:prometheus chromium:chromium chromedriver:chromium-driver
-tools:
+NODE_STAMP := tests/node/node_modules/.installed
+tools: $(NODE_STAMP)
 	@missing=""; for pair in $(TOOLS); do \
 	  command -v "$${pair%%:*}" >/dev/null || missing="$$missing $${pair##*:}"; done; \
 	if [ -n "$$missing" ]; then \
@@ -29,6 +31,14 @@ tools:
 	    echo "missing tools; install Debian's packages:$$missing (sudo apt-get install$$missing), then rerun" >&2; \
 	    exit 1; \
 	  fi; \
+	fi
+
+$(NODE_STAMP): tests/node/package.json tests/node/package-lock.json
+	@if command -v node >/dev/null; then \
+	  command -v npm >/dev/null || { echo "node is here but npm is not: install npm, then rerun" >&2; exit 1; }; \
+	  npm ci --prefix tests/node --no-audit --no-fund --loglevel=error && touch $@; \
+	else \
+	  echo "no node: the tests of tests/node (the second wire implementation) will be skipped"; \
 	fi
 
 ## demo: the main job end to end on a real broker it starts itself (runstate demo)
