@@ -88,6 +88,12 @@ def authenticate(
     appended (not before its validity, not expired, not revoked), and the signature is
     fresh (signed at most the keyring's max age before the record was appended, at most
     its clock skew after)."""
+    repeated = [n for n in _SIGNATURE_HEADERS if _count(headers, n) > 1]
+    if repeated:
+        return Unproven(
+            RejectionCode.UNAUTHENTICATED,
+            f"header {repeated[0]} appears more than once: which one is signed is ambiguous",
+        )
     key_id = _header(headers, HEADER_KEY_ID)
     signature = _header(headers, HEADER_SIGNATURE)
     signed_at = _header(headers, HEADER_SIGNED_AT)
@@ -113,6 +119,11 @@ def authenticate(
             f"{HEADER_SIGNED_AT} is '{signed_at[:40]}', not milliseconds since the epoch",
         )
     base = signed_base(topic, key, value, key_id, signed_at_ms)
+    if not _LOWER_HEX.fullmatch(signature):
+        return Unproven(
+            RejectionCode.UNAUTHENTICATED,
+            f"{HEADER_SIGNATURE} of key id '{key_id}' is not lowercase hex",
+        )
     if entry.public_key is not None:
         valid = verify_ed25519(entry.public_key, base, signature)
     else:
@@ -144,8 +155,17 @@ def authenticate(
     return Credential(entry.principal, entry.scope(key_id))
 
 
-#: An issue time: milliseconds since the epoch, at most 16 digits (year 318857).
-_DECIMAL = re.compile(r"[0-9]{1,16}")
+#: An issue time: milliseconds since the epoch, at most 16 digits (year 318857), no
+#: leading zero (the signed base holds the number: one spelling per time).
+_DECIMAL = re.compile(r"0|[1-9][0-9]{0,15}")
+_LOWER_HEX = re.compile(r"[0-9a-f]{1,256}")
+_SIGNATURE_HEADERS = (HEADER_KEY_ID, HEADER_SIGNED_AT, HEADER_SIGNATURE)
+
+
+def _count(headers: Headers, name: str) -> int:
+    if headers is None or isinstance(headers, Mapping):
+        return 0 if headers is None or name not in headers else 1
+    return sum(1 for key, _ in headers if key == name)
 
 
 def decode_proposal(

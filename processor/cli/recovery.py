@@ -1,5 +1,7 @@
 """`runstate replay` and `runstate verify`: recovery and audit by replaying offsets."""
 
+import dataclasses
+import json
 import os
 import sys
 from datetime import datetime
@@ -133,12 +135,21 @@ def replay(
 @machine_path_option
 @max_proposal_bytes_option
 @max_state_bytes_option
+@option(
+    "--json",
+    "as_json",
+    env="VERIFY_JSON",
+    is_flag=True,
+    help='Print one JSON object for scripts: {"transitions": n, "differences": '
+    '[{"partition", "offset", "detail"}]} (exit 1 when there are differences).',
+)
 def verify(
     kafka: KafkaContext,
     keyring_file: Path | None,
     machine_paths: tuple[Path, ...],
     max_proposal_bytes: int,
     max_state_bytes: int,
+    as_json: bool,
 ) -> None:
     """Check the transitions topic against the proposals topic, record by record.
 
@@ -146,7 +157,7 @@ def verify(
     machines), compares the commits with the transitions topic, recomputes every hash
     and follows every run's chain. Exit 1 and name the offset of each difference.
     """
-    console = Console()
+    console = Console(stderr=as_json)
     settings, topics = kafka.settings, kafka.topics
     machines = catalog_with_versions(machine_paths, kafka)
     try:
@@ -179,6 +190,10 @@ def verify(
             checked += len(transitions.get(p, []))
             progress.advance(task)
     findings += verify_runs_across_partitions(transitions)
+    if as_json:
+        found = [dataclasses.asdict(f) for f in findings]
+        click.echo(json.dumps({"transitions": checked, "differences": found}))
+        sys.exit(1 if findings else 0)
     if findings:
         for finding in findings:
             console.print(f"[red]DIFFERENCE[/] {finding}")

@@ -131,6 +131,15 @@ def test_unauthenticated() -> None:
         "another topic": _authenticate(value, signed, topic="other.proposals"),
         "another run": _authenticate(value, signed, key=b"r2"),
         "no time": _authenticate(value, [h for h in signed if h[0] != "runstate-signed-at"]),  # type: ignore[attr-defined]
+        "repeated header": _authenticate(value, [*signed, signed[0]]),  # type: ignore[misc]
+        "leading zero": _authenticate(
+            value,
+            [(k, b"0" + v if k == "runstate-signed-at" else v) for k, v in signed],  # type: ignore[attr-defined]
+        ),
+        "uppercase hex": _authenticate(
+            value,
+            [(k, v.upper() if k == "runstate-signature" else v) for k, v in signed],  # type: ignore[attr-defined]
+        ),
     }
     for why in refused.values():
         assert isinstance(why, Unproven) and why.code is RejectionCode.UNAUTHENTICATED, why
