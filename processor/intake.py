@@ -195,6 +195,8 @@ def decode_proposal(
         return Undecodable(f"value is not UTF-8 JSON: {exc}")
     except RecursionError:  # found by the fault harness: 50,000 nested arrays
         return Undecodable("value is JSON nested too deeply to decode")
+    except ValueError:  # Python converts no integer of over 4,300 digits (a DoS guard)
+        return Undecodable("value is JSON with an integer too long to decode (4,300 digits)")
     if not isinstance(data, dict):
         return Undecodable(f"value is JSON {type(data).__name__}, not an object")
 

@@ -7,6 +7,7 @@ from pydantic import Field
 
 from schemas.base import VersionedMessage, WireModel
 from schemas.identifiers import Name
+from schemas.ijson import MAX_EXACT_INTEGER
 
 
 class GuardKind(StrEnum):
@@ -55,13 +56,13 @@ class RetryPolicy(WireModel):
 
     event: Name = "retry"
     exhausted_event: Name | None = "max_retries_exceeded"
-    default_max_retries: Annotated[int, Field(ge=0)] = 3
-    backoff_base_ms: Annotated[int, Field(gt=0)] | None = Field(
+    default_max_retries: Annotated[int, Field(ge=0, le=MAX_EXACT_INTEGER)] = 3
+    backoff_base_ms: Annotated[int, Field(gt=0, le=MAX_EXACT_INTEGER)] | None = Field(
         default=1_000,
         description="The processor proposes `event` after base * 2^retry_count ms (capped, "
         "jittered) in the retry event's source state; None: agents retry on their own.",
     )
-    backoff_max_ms: Annotated[int, Field(gt=0)] = 300_000
+    backoff_max_ms: Annotated[int, Field(gt=0, le=MAX_EXACT_INTEGER)] = 300_000
     jitter: Annotated[float, Field(ge=0, le=1)] = 0.2
 
 
@@ -77,7 +78,7 @@ class TimeoutSpec(WireModel):
     state: Name
     event: Name
     reason: str | None = None
-    after_ms: Annotated[int, Field(gt=0)] | None = None
+    after_ms: Annotated[int, Field(gt=0, le=MAX_EXACT_INTEGER)] | None = None
 
 
 class AlertSpec(WireModel):
@@ -86,13 +87,14 @@ class AlertSpec(WireModel):
 
     rule: Name
     state: Name
-    after_ms: Annotated[int, Field(ge=0)]
-    min_retry_count: Annotated[int, Field(ge=0)] | None = None
+    after_ms: Annotated[int, Field(ge=0, le=MAX_EXACT_INTEGER)]
+    min_retry_count: Annotated[int, Field(ge=0, le=MAX_EXACT_INTEGER)] | None = None
 
 
 class MachineSpec(VersionedMessage):
     """A machine. Its version is the digest of its content (engine.machine.version_of):
-    a run is decided all its life by the version that created it, until migrated."""
+    a run is decided all its life by the version that created it, until migrated.
+    Its integers are within ±(2**53-1), which every JSON reader keeps exactly (I-JSON)."""
 
     name: Name
     label: str | None = Field(
@@ -121,7 +123,7 @@ class MachineSpec(VersionedMessage):
         default_factory=lambda: ["runtime"],
         description="Who may move a run of this machine to another version of it.",
     )
-    retention_ms: Annotated[int, Field(gt=0)] | None = Field(
+    retention_ms: Annotated[int, Field(gt=0, le=MAX_EXACT_INTEGER)] | None = Field(
         default=None,
         description="A finished run is forgotten this long after it entered its terminal "
         "state: removed from the stores, the changelog and the dedupe memory (its "

@@ -8,6 +8,7 @@ from pydantic import Field, JsonValue
 from schemas.base import VersionedMessage, WireModel
 from schemas.codes import RejectionCode
 from schemas.identifiers import Name, ProposalId, RunId
+from schemas.ijson import ExactJsonObject
 
 Reason = Annotated[str, Field(min_length=1, max_length=256)]
 JsonObject = dict[str, JsonValue]
@@ -30,11 +31,16 @@ class Proposal(VersionedMessage):
         default=None, ge=0, description="Optimistic check: refused unless the run is at it."
     )
     reason: Reason | None = None
-    payload: JsonObject = Field(
-        default_factory=dict, description="Event data; typed for create, facts and steps."
+    # Both are hashed into the transition: integers only as large as RFC 8785 takes.
+    payload: ExactJsonObject = Field(
+        default_factory=dict,
+        description="Event data; typed for create, facts and steps. Integers within "
+        "±(2**53-1) (I-JSON).",
     )
-    metadata: JsonObject = Field(
-        default_factory=dict, description="Free-form context copied onto the transition."
+    metadata: ExactJsonObject = Field(
+        default_factory=dict,
+        description="Free-form context copied onto the transition. Integers within "
+        "±(2**53-1) (I-JSON).",
     )
 
 

@@ -2,11 +2,11 @@
 
 import fnmatch
 import hashlib
-import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+import rfc8785
 from pydantic import BaseModel
 
 from processor.engine.lint import HEARTBEAT_EVENT, LintIssue, lint
@@ -74,12 +74,11 @@ class Machine:
 
 
 def version_of(spec: MachineSpec) -> str:
-    """A machine version: the first 16 hex digits of the SHA-256 of the spec as JSON (keys
-    sorted, no spaces). Any change to what the machine decides makes a new version."""
-    text = json.dumps(
-        spec.model_dump(mode="json", by_alias=True), sort_keys=True, separators=(",", ":")
-    )
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    """A machine version: the first 16 hex digits of the SHA-256 of the spec as RFC 8785
+    canonical JSON, as the transitions are hashed, so that a tool in another language
+    computes it too. Any change to what the machine decides makes a new version."""
+    canonical = rfc8785.dumps(spec.model_dump(mode="json", by_alias=True))
+    return hashlib.sha256(canonical).hexdigest()[:16]
 
 
 class Catalog(dict[str, Machine]):

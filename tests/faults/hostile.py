@@ -162,7 +162,12 @@ def _unicode_json(rng: random.Random, depth: int = 3) -> object:
     roll = rng.random()
     if depth == 0 or roll < 0.4:
         return rng.choice(
-            [_unicode_text(rng, rng.randint(0, 40)), rng.randint(-(2**53), 2**53), None, True]
+            [
+                _unicode_text(rng, rng.randint(0, 40)),
+                rng.randint(-(2**53 - 1), 2**53 - 1),
+                None,
+                True,
+            ]
         )
     if roll < 0.7:
         return [_unicode_json(rng, depth - 1) for _ in range(rng.randint(0, 4))]

@@ -12,7 +12,6 @@ import re
 import shutil
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -105,16 +104,6 @@ PLAN: list[tuple[dict[str, Any], bool]] = [
     ({"run_id": APPROVAL, "proposal_id": "approval-2", "event": "need_approval"}, False),
     ({"run_id": PLAIN, "proposal_id": "plain-2", "event": "complete"}, False),
 ]
-
-
-def python_chain_is_rfc8785() -> bool:
-    """Whether the Python hash chain already writes RFC 8785 (the pending change): until
-    then the transitions of FLOATS hash differently in the two implementations."""
-    from schemas.audit import canonical_text
-
-    return bool(
-        canonical_text([1.0, 1e-7, {"\ue000": 1, "😀": 2}]) == '[1,1e-7,{"😀":2,"\ue000":1}]'
-    )
 
 
 def node(*args: str) -> subprocess.CompletedProcess[str]:
@@ -228,20 +217,7 @@ def test_node_signs_python_commits_and_both_verifiers_agree(
     # both verifiers pass the same topic
     code, clean = node_verify(env)
     assert (clean["transitions"], clean["runs"]) == (len(plan), 3), clean
-    pending = [p for p in clean["problems"] if p["run_id"] == FLOATS and p["problem"] == "hash"]
-    if python_chain_is_rfc8785():
-        assert code == 0 and clean["problems"] == [], clean
-    else:
-        # Expected to fail until the Python hash chain moves to RFC 8785 (pending on
-        # another branch): its text for 1.0, 1e-07, -0.0 and astral keys differs from
-        # RFC 8785, so Node recomputes other hashes for FLOATS, and only there.
-        assert pending and [p for p in clean["problems"] if p not in pending] == [], clean
-        warnings.warn(
-            f"expected to fail until the Python hash chain is RFC 8785: the Node verifier "
-            f"recomputes other hashes for {len(pending)} transitions of {FLOATS} (floats, "
-            f"astral keys); the rest of the test holds",
-            stacklevel=1,
-        )
+    assert code == 0 and clean["problems"] == [], clean
     py_code, py_found, py_out = python_verify(env)
     assert py_code == 0 and "every chain is intact" in py_out, py_out
 
@@ -275,11 +251,9 @@ def test_node_signs_python_commits_and_both_verifiers_agree(
 
     code, tampered = node_verify(env)
     assert code == 1, tampered
-    flagged = {
-        (p["partition"], p["offset"], p["run_id"]) for p in tampered["problems"] if p not in pending
-    }
+    flagged = {(p["partition"], p["offset"], p["run_id"]) for p in tampered["problems"]}
     assert flagged == {(*forged_at, PLAIN)}, tampered
-    assert {p["problem"] for p in tampered["problems"] if p not in pending} >= {"hash", "prev_hash"}
+    assert {p["problem"] for p in tampered["problems"]} >= {"hash", "prev_hash"}
     py_code, py_found, py_out = python_verify(env)
     assert py_code == 1, py_out
     assert py_found == {forged_at}, py_out

@@ -1,7 +1,10 @@
 """Runs outlive a deploy: each is decided by the machine version that created it, and
 moves to another version only by an explicit `migrate`."""
 
+import hashlib
+
 import pytest
+import rfc8785
 
 from processor.engine import Commit
 from processor.engine.machine import Catalog, Machine, version_of
@@ -35,6 +38,19 @@ def test_a_version_is_the_digest_of_the_content() -> None:
     assert V1.version == version_of(V1.spec) and len(V1.version) == 16
     assert V1.version != V2.version
     assert parse_machine(builtin_source("task_lifecycle")).version == V1.version  # stable
+
+
+def test_a_version_is_the_digest_of_the_specs_rfc8785_json() -> None:
+    """As a JCS library in another language writes it: `1`, not `1.0`, and text in
+    UTF-8, not escaped (the json.dumps definition before wrote both otherwise)."""
+    spec = parse_machine(
+        builtin_source("task_lifecycle")
+        .replace("jitter: 0.2", "jitter: 1.0")
+        .replace("name: task_lifecycle", "name: task_lifecycle\nlabel: décembre ☃")
+    ).spec
+    canonical = rfc8785.dumps(spec.model_dump(mode="json", by_alias=True))
+    assert b'"jitter":1}' in canonical and '"label":"décembre ☃"'.encode() in canonical
+    assert version_of(spec) == hashlib.sha256(canonical).hexdigest()[:16]
 
 
 def test_runs_in_flight_keep_their_version_across_a_deploy() -> None:

@@ -616,6 +616,25 @@ def test_a_commit_is_published_as_it_was_decided(number: bytes) -> None:
     assert transition_hash(published.__dict__) == published.hash == outcome.transition.hash
 
 
+@pytest.mark.parametrize(
+    "number", [b"9007199254740992", b"-9007199254740992", b"1" + b"0" * 300, b"9" * 4301]
+)
+def test_an_integer_no_hash_could_hold_is_refused(number: bytes) -> None:
+    """Integers beyond ±(2**53-1) are not I-JSON, and RFC 8785 (canonical JSON for
+    hashing) has no form for them: a proposal with one is refused schema_invalid (one too
+    long for Python to read at all goes to the DLQ), never committed."""
+    value = CREATE_R + b',"metadata":{"x":[' + number + b"]}}"
+    headers = signing_key_from(KEYRING, "runtime").headers(SOURCE_TOPIC, b"r", value, NOW)
+    outcome = _decide(b"r", value, headers, NOW, lambda _: None, 10_000, 100_000)
+    if len(number) > 4300:
+        assert isinstance(outcome, DeadLetterReason), outcome
+        assert "integer too long" in outcome.reason
+        return
+    assert isinstance(outcome, Rejection), outcome
+    assert outcome.code is RejectionCode.SCHEMA_INVALID and outcome.run_id == "r"
+    assert "beyond ±(2**53-1)" in outcome.detail and " at .x[0] " in outcome.detail
+
+
 # -- the store --------------------------------------------------------------------------
 #: The store's own namespaces and other prefixes a run id might collide with.
 PREFIXES = ["s/", "h/", "o/", "t/", "u/", "f/", "i/", "x/", "j/", "m/", "m/format", "ÿ"]

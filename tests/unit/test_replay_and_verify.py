@@ -128,6 +128,21 @@ def test_verify_passes_on_a_clean_history_and_names_the_altered_offset() -> None
     assert any("follows from no proposal" in f.detail for f in extra)
 
 
+def test_verify_reports_a_number_no_hash_can_be_computed_over() -> None:
+    # A record edited to hold what RFC 8785 has no form for (the worker never commits
+    # one: proposals with such numbers are refused) is a finding, not a crash.
+    keyring, proposals, transitions = _records()
+    altered = Transition.model_validate_json(transitions[2].value or b"")
+    for number in (b"9007199254740992", b"-1" + b"0" * 30, b"1e400"):
+        tampered = altered.model_copy(update={"metadata": {"n": "N"}}).model_dump_json()
+        raw = tampered.encode().replace(b'"n":"N"', b'"n":' + number)
+        edited = [*transitions[:2], Record(0, transitions[2].offset, b"r", raw, None, 0)]
+        findings = verify_partition(
+            0, proposals[:4], edited, topic=TOPIC, machines=MACHINES, keyring=keyring
+        )
+        assert any("hash cannot be computed" in f.detail for f in findings), findings
+
+
 def test_verify_reports_a_run_with_chains_in_two_partitions() -> None:
     # Each partition's chain is intact on its own; the run has two creations between them
     # (a producer that partitioned by another hash, or a key that was not the run id).

@@ -68,3 +68,36 @@ def test_messages_round_trip_through_json() -> None:
 def test_missing_schema_version_means_current() -> None:
     proposal = Proposal.model_validate_json(b'{"proposal_id":"p","run_id":"r","event":"start"}')
     assert proposal.schema_version == 1
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "where"),
+    [
+        ("payload", {"n": 2**53}, "integer 9007199254740992 at .n "),
+        ("payload", {"a": [1, {"b": -(2**53)}]}, "integer -9007199254740992 at .a[1].b "),
+        ("metadata", {"x": [10**30]}, "integer of 100 bits at .x[0] "),
+    ],
+)
+def test_proposal_integers_are_within_what_every_json_reader_keeps(
+    field: str, value: object, where: str
+) -> None:
+    """RFC 8785 (canonical JSON for hashing) refuses integers beyond ±(2**53-1): a
+    proposal that carries one is refused where it comes in, never when it is hashed."""
+    proposal = {"proposal_id": "p", "run_id": "r", "event": "start", field: value}
+    with pytest.raises(ValidationError) as refused:
+        Proposal.model_validate_json(json.dumps(proposal))
+    assert where in str(refused.value) and "I-JSON" in str(refused.value)
+    edge = {"n": [2**53 - 1, -(2**53 - 1)], "t": True, "f": 1e300}
+    ok = {"proposal_id": "p", "run_id": "r", "event": "start", field: edge}
+    assert getattr(Proposal.model_validate_json(json.dumps(ok)), field) == edge
+
+
+def test_machine_spec_integers_are_within_what_every_json_reader_keeps() -> None:
+    from processor.engine.parse import parse_machine
+    from processor.machines import builtin_source
+
+    text = builtin_source("task_lifecycle")
+    assert "retention_ms" not in text
+    parse_machine(text + f"retention_ms: {2**53 - 1}\n")
+    with pytest.raises(ValueError, match="retention_ms"):
+        parse_machine(text + f"retention_ms: {2**53}\n")
