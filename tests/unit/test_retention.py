@@ -1,6 +1,8 @@
 """A finished run is forgotten after its machine's retention: its last transition is
 `forget`, and everything else about it goes (snapshot, history, dedupe memory)."""
 
+from pathlib import Path
+
 import pytest
 
 from processor.engine import Commit, Forget
@@ -90,3 +92,32 @@ def test_forgetting_drops_the_run_and_its_dedupe_memory_and_replays() -> None:
     assert isinstance(created, Commit) and created.transition.revision == 0
     replayed = apply_transitions(MACHINES, [(t, None) for t in [*history, *again.history]])
     assert replayed.problems == [] and replayed.snapshots["run-7"] == again.snapshot
+
+
+def test_a_run_forgotten_and_created_again_in_one_transaction_stays_indexed(
+    tmp_path: Path,
+) -> None:
+    """Found by the store property: when the run's committed by-state entry equalled
+    the new run's, the flush deleted it (forgotten) and did not write it again (unchanged)."""
+    from processor.engine import decide
+    from processor.runtime.store import PartitionStore
+    from schemas.messages import Proposal
+
+    machines = builtin_machines()
+    create = Proposal(
+        proposal_id="c", run_id="r", event="create", payload={"machine": "task_lifecycle"}
+    )
+    first = decide(machines, None, create, RUNTIME, 100)
+    assert isinstance(first, Commit)
+    store = PartitionStore(tmp_path / "s")
+    txn = store.begin()
+    txn.stage(first)
+    txn.flush({})
+    txn = store.begin()
+    txn.stage_forget("r")
+    again = decide(machines, None, create.model_copy(update={"proposal_id": "c2"}), RUNTIME, 100)
+    assert isinstance(again, Commit)
+    txn.stage(again)
+    txn.flush({})
+    assert [s.run_id for s in store.in_state("task_lifecycle", "planned", None, 10)] == ["r"]
+    store.close()
