@@ -61,7 +61,7 @@ integration: install
 bench: install
 	$(BIN)/python -m benchmarks.pipeline
 
-## bench-engine: decisions per second of the engine, against the seed's transition()
+## bench-engine: decisions per second of the engine, against a reference transition() in plain Python
 bench-engine: install
 	$(BIN)/python benchmarks/engine.py
 

@@ -127,5 +127,5 @@ DESCRIPTIONS = {
     "native": "runstate worker (native, exactly once)",
     "faust": "runstate worker --runtime faust (at least once, recognisable repeats)",
     "quix": "Quix Streams app calling decide_record, RocksDB state, exactly once",
-    "sqlite": "seed 003's SQLite state machine (a commit per write), at least once",
+    "sqlite": "reference design: state machine in SQLite (a commit per write), at least once",
 }

@@ -1,7 +1,7 @@
 """Decisions per second of `decide` on one core, warm snapshot, against a peer.
 
-The peer is seed 003's in-memory `transition()` (dict lookup, retry check, history
-append) measured in the same run: the floor cost of "a transition table in Python".
+The peer is a reference design's `transition()`, in memory (dict lookup, retry check,
+history append), measured in the same run: the floor cost of "a transition table in Python".
 Usage: python benchmarks/engine.py [--n 200000]
 """
 
@@ -93,9 +93,10 @@ def bench_mixed(n: int) -> float:
 
 
 @dataclass
-class SeedTask:
-    """The task lifecycle spec's reference `AgentTaskStateMachine.transition`, in memory,
-    without SQLite."""
+class ReferenceTask:
+    """A reference design's task lifecycle `transition()`, in memory, without SQLite: a
+    dict from (state, event) to the next state, retry_count raised on `retry`, a history
+    entry appended."""
 
     state: str = "running"
     retry_count: int = 0
@@ -103,14 +104,14 @@ class SeedTask:
     history: list[tuple[str, str, str, float]] = field(default_factory=list)
 
 
-SEED_TABLE = {
+REFERENCE_TABLE = {
     ("running", "transient_error"): "retrying",
     ("retrying", "retry"): "running",
 }
 
 
-def seed_transition(task: SeedTask, event: str) -> str:
-    nxt = SEED_TABLE.get((task.state, event))
+def reference_transition(task: ReferenceTask, event: str) -> str:
+    nxt = REFERENCE_TABLE.get((task.state, event))
     if nxt is None:
         raise ValueError(f"invalid: {task.state} + {event}")
     if event == "retry":
@@ -120,12 +121,12 @@ def seed_transition(task: SeedTask, event: str) -> str:
     return nxt
 
 
-def bench_seed_peer(n: int) -> float:
-    task = SeedTask(max_retries=n)
+def bench_reference_peer(n: int) -> float:
+    task = ReferenceTask(max_retries=n)
     events = ["transient_error", "retry"] * (n // 2)
     start = time.perf_counter()
     for event in events:
-        seed_transition(task, event)
+        reference_transition(task, event)
     return len(events) / (time.perf_counter() - start)
 
 
@@ -142,7 +143,7 @@ def main() -> None:
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core
     commits = best_of(bench_commits, args.n, args.rounds)
     mixed = best_of(bench_mixed, args.n, args.rounds)
-    peer = best_of(bench_seed_peer, args.n, args.rounds)
+    peer = best_of(bench_reference_peer, args.n, args.rounds)
     table = Table("workload", "decisions/s", "vs peer", "aim 100,000/s")
     for label, rate in (
         ("decide: commits only (fact records)", commits),
@@ -150,7 +151,7 @@ def main() -> None:
     ):
         met = "met" if rate >= 100_000 else "not met"
         table.add_row(label, f"{rate:,.0f}", f"{rate / peer:.3f}x", met)
-    table.add_row("peer: seed 003 transition(), in memory", f"{peer:,.0f}", "1.000x", "")
+    table.add_row("peer: reference transition(), in memory", f"{peer:,.0f}", "1.000x", "")
     console = Console()
     console.print(table)
     console.print(f"one core, warm snapshot, n={args.n:,} per round, best of {args.rounds}")

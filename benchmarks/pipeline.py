@@ -1,5 +1,6 @@
 """Benchmarks side by side on one local broker: the ceiling, the native worker, the Faust
-runtime, a Quix Streams app and seed 003's SQLite design, fed the same input.
+runtime, a Quix Streams app and a reference state machine persisted in SQLite (a commit
+per write), fed the same input.
 
 Measures throughput (produced -> outcome visible to a read-committed consumer, from a
 pre-loaded topic), latency p50/p99 at fixed offered loads (fractions of the native

@@ -77,7 +77,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"{m['confluent_kafka']} (librdkafka {m['librdkafka']}); faust-streaming "
         f"{m['faust_streaming']}; quixstreams {m['quixstreams']}.",
         "",
-        f"Input: the seed machines' lives, {params['proposals']:,} proposals over "
+        f"Input: the built-in machines' lives, {params['proposals']:,} proposals over "
         f"{params['runs']:,} runs, {params['refused_share']:.0%} refused, 3 partitions.",
         "",
         "## Throughput: proposals per second, produced → outcome visible (read committed)",

@@ -1,4 +1,4 @@
-"""The benchmark's input: lives of runs of the three seed machines, about 10 % refused.
+"""The benchmark's input: lives of runs of the three built-in machines, about 10 % refused.
 
 Each run is walked with the engine itself, so the input stays realistic (the legal next
 event, from a principal allowed to send it, with the reason or fact the machine asks

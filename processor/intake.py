@@ -28,7 +28,7 @@ from schemas.codes import RejectionCode
 from schemas.identifiers import is_name, is_proposal_id, is_run_id
 from schemas.messages import Principal, Proposal, Rejection
 
-#: Default limit on a proposal record's value (DESIGN: 64 KiB, configurable).
+#: Default limit on a proposal record's value: 64 KiB (`--max-proposal-bytes` sets another).
 DEFAULT_MAX_PROPOSAL_BYTES = 64 * 1024
 
 Headers = Sequence[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None] | None

@@ -1,5 +1,5 @@
 """Logging for the processes: readable lines on a terminal, or one JSON object per line
-for a log pipeline (`--log-format json`), at seed 003's levels:
+for a log pipeline (`--log-format json`), at these levels:
 
   INFO   one line per committed transition (after its transaction committed)
   WARN   one line per rejection
@@ -46,7 +46,7 @@ OUTCOMES_LOG = logging.getLogger("runstate.outcomes")
 def log_outcomes(
     outcomes: Iterable[Commit | Beat | Forget | Rejection | DeadLetterReason],
 ) -> None:
-    """Committed outcomes at seed 003's levels: INFO per transition, WARNING per
+    """Committed outcomes at their levels: INFO per transition, WARNING per
     rejection and DLQ record, with the fields a log pipeline indexes. Heartbeats are
     liveness, not events of the run: DEBUG."""
     for outcome in outcomes:

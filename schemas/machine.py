@@ -11,11 +11,12 @@ from schemas.ijson import MAX_EXACT_INTEGER
 
 
 class GuardKind(StrEnum):
-    #: Every success criterion of the run is among its recorded facts (seed 002).
+    #: Every success criterion of the run is among its recorded facts.
     SUCCESS_CRITERIA = "success_criteria"
     #: The listed facts are all recorded.
     FACTS_PRESENT = "facts_present"
-    #: The retry budget is spent (seed 003: only then may `max_retries_exceeded` fail a run).
+    #: The retry budget is spent: retry_count has reached max_retries (so that, e.g.,
+    #: `max_retries_exceeded` fails a run only once no retry is left).
     RETRIES_EXHAUSTED = "retries_exhausted"
 
 

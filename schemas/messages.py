@@ -68,7 +68,7 @@ class CreatePayload(WireModel):
 
 
 class FactPayload(WireModel):
-    """The payload of an event that records a fact (seed 002 `tool_result`)."""
+    """The payload of an event that records a fact (e.g. `owned_run`'s `tool_result`)."""
 
     fact: Annotated[str, Field(min_length=1, max_length=1024)]
 

@@ -1,12 +1,12 @@
-"""Seed 003's reference design fed from the topic: a state machine persisted in SQLite.
+"""A reference design fed from the topic: a state machine persisted in SQLite.
 
 Each proposal is decided by the same `decide_record` as runstate; the run's snapshot is
-loaded from SQLite, and each transition is persisted the way seed 003's
-`StatePersistence` does it: one INSERT into `state_transitions` and one INSERT OR
+loaded from SQLite, and each transition is persisted the way the design's
+`StatePersistence` (below) does it: one INSERT into `state_transitions` and one INSERT OR
 REPLACE into `task_checkpoints`, each committed on its own (WAL mode, Python's default
 synchronous setting). Outcomes go to the same topics; the producer is idempotent, not
 transactional, and input offsets are committed after the outcomes are delivered (at
-least once, as the seed's design gives)."""
+least once, as that design gives)."""
 
 import json
 import sqlite3
@@ -49,7 +49,7 @@ COMMIT_INTERVAL_S = 1.0
 
 
 class StatePersistence:
-    """Seed 003's persistence, with the snapshot as the checkpoint data."""
+    """The reference design's persistence, with the snapshot as the checkpoint data."""
 
     def __init__(self, path: str) -> None:
         self.conn = sqlite3.connect(path)

@@ -53,7 +53,7 @@ def demo(
 
     Uses the broker in --bootstrap-servers / KAFKA_BOOTSTRAP_SERVERS if set, else starts
     one (Docker if an engine answers, else Java 17 + Maven). Creates fresh topics,
-    starts worker processes, drives runs of the three seed machines through realistic
+    starts worker processes, drives runs of the three built-in machines through realistic
     lives (approvals granted and denied, transient errors and retries, idempotent steps,
     illegal, forged and garbage records), then prints a summary. Exits 0 only when
     every proposal got exactly one outcome.

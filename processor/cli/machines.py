@@ -21,7 +21,7 @@ from schemas.machine import MachineSpec
 
 @click.group()
 def machines() -> None:
-    """Machine definitions: the built-in seed machines and your own files."""
+    """Machine definitions: the built-in machines and your own files."""
 
 
 def catalog(paths: tuple[Path, ...]) -> dict[str, Machine]:

@@ -1,4 +1,4 @@
-"""Realistic lives of runs, one story per seed machine, told as an agent would act.
+"""Realistic lives of runs, one story per built-in machine, told as an agent would act.
 
 A story is a generator: it yields the next proposal (a `Step`) and receives its outcome
 (a Transition or a Rejection), so it can react like an agent does: retry after a
@@ -39,7 +39,7 @@ def _step(name: str, run_id: str, result: Any) -> tuple[Step, Step]:
 
 
 def task_lifecycle(rng: random.Random, run_id: str) -> Story:
-    """Seed 003's refund agent: validate, approval, transient errors and retries, refund."""
+    """A refund agent: validate, approval, transient errors and retries, refund."""
     yield Step("create", payload={"machine": "task_lifecycle", "options": {"max_retries": 2}})
     yield Step("start")
     started, succeeded = _step("validate_order", run_id, {"order": run_id, "amount": 150})
@@ -74,7 +74,7 @@ def task_lifecycle(rng: random.Random, run_id: str) -> Story:
 
 
 def owned_run(rng: random.Random, run_id: str) -> Story:
-    """Seed 002: runtime starts, a tool reports facts, only the runtime completes."""
+    """The runtime starts, a tool reports facts, only the runtime completes."""
     yield Step("create", payload={"machine": "owned_run"})
     yield Step("run_started")
     build = "build=red" if rng.random() < 0.3 else "build=green"
@@ -95,7 +95,7 @@ def owned_run(rng: random.Random, run_id: str) -> Story:
 
 
 def run_state(rng: random.Random, run_id: str) -> Story:
-    """Seed 000: start, an approval in the middle, then one of the four endings."""
+    """Start, an approval in the middle, then one of the four endings."""
     yield Step("create", payload={"machine": "run_state"})
     yield Step("start")
     if rng.random() < 0.6:

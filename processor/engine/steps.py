@@ -48,7 +48,7 @@ def apply_step(snapshot: RunSnapshot, event: str, payload: Any) -> StepRecord | 
                 idempotency_key=payload.idempotency_key,
                 attempts=(0 if record is None else record.attempts) + 1,
                 result=None,
-                # A previous failure stays visible until the step succeeds (seed 002: keep errors).
+                # A previous failure stays visible until the step succeeds: errors are kept.
                 error=None if record is None else record.error,
                 revision=revision,
             )

@@ -414,7 +414,7 @@ def build_app(
             observed.stage(previous, outcome)
             metrics.committed(observed, time.perf_counter() - sending, 1)
             if OUTCOMES_LOG.isEnabledFor(logging.WARNING):
-                log_outcomes([outcome])  # acknowledged: at seed 003's levels
+                log_outcomes([outcome])  # acknowledged: INFO per transition, WARNING per rejection
 
     def committed_by(partition: int, run_id: str, proposal_id: str) -> int | None:
         raw = runs.partition_get(partition, proposal_key(run_id, proposal_id))

@@ -1,4 +1,4 @@
-"""The machine catalog: the seed machines shipped with runstate plus users' machine files."""
+"""The machine catalog: the built-in machines shipped with runstate plus users' machine files."""
 
 from collections.abc import Iterable
 from functools import cache
@@ -13,7 +13,7 @@ BUILTIN_NAMES = ("run_state", "owned_run", "task_lifecycle")
 
 @cache
 def builtin_machines() -> dict[str, Machine]:
-    """The three seed machines, parsed and linted once per process."""
+    """The three built-in machines, parsed and linted once per process."""
     folder = resources.files(__package__)
     machines = {}
     for name in BUILTIN_NAMES:

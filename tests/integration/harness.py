@@ -131,7 +131,7 @@ AUTHORITY_KEY = {"runtime": "runtime", "tool_executor": "tool", "approver": "app
 
 
 def workload(runs: int, proposals: int, seed: int = 7) -> list[dict[str, Any]]:
-    """`proposals` proposals over `runs` runs of the three seed machines, interleaved
+    """`proposals` proposals over `runs` runs of the three built-in machines, interleaved
     across runs, each run's own order kept. Mostly realistic lives (the legal next
     event, from a principal allowed to send it; steps while running; facts; reasons),
     with a share of mistakes: wrong principals, illegal events, stale revisions, missing

@@ -173,7 +173,7 @@ def test_metrics_count_exactly_what_a_known_scenario_did(env: Env, runtime: str)
 
 
 @pytest.mark.parametrize("runtime", ["native", "faust"])
-def test_json_logs_at_seed_levels(env: Env, runtime: str) -> None:
+def test_json_logs_at_their_levels(env: Env, runtime: str) -> None:
     """--log-format json: INFO per committed (Faust: acknowledged) transition, WARNING per
     rejection, each a JSON object with the fields a log pipeline indexes; every line the
     worker logs is one (Faust's own too)."""

@@ -1,4 +1,4 @@
-"""Machines as data: the seed machines, user files, lint errors that name the line."""
+"""Machines as data: the built-in machines, user files, lint errors that name the line."""
 
 from pathlib import Path
 
@@ -27,7 +27,7 @@ step_states: [reviewing]
 """
 
 
-def test_seed_machines_have_the_seed_tables() -> None:
+def test_builtin_machines_have_their_tables() -> None:
     machines = builtin_machines()
     assert set(machines) == set(BUILTIN_NAMES)
     task = machines["task_lifecycle"].spec
@@ -54,7 +54,7 @@ def test_seed_machines_have_the_seed_tables() -> None:
 
 
 @pytest.mark.parametrize("name", BUILTIN_NAMES)
-def test_seed_machines_lint_clean(name: str) -> None:
+def test_builtin_machines_lint_clean(name: str) -> None:
     assert lint_machine_text(builtin_source(name), f"{name}.yaml") == []
 
 

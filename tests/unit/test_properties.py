@@ -1,4 +1,4 @@
-"""Property tests: random proposal sequences against each seed machine."""
+"""Property tests: random proposal sequences against each built-in machine."""
 
 from collections import deque
 

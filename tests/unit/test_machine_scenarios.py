@@ -1,10 +1,10 @@
-"""Every scenario the three seeds walk through, replayed through `decide`."""
+"""Scenarios of the three built-in machines, replayed through `decide`."""
 
 from schemas import Principal, RejectionCode, StepStatus
 from tests.unit.driver import APPROVER, MODEL, RUNTIME, TOOL, Driver
 
 
-def test_seed_003_full_lifecycle() -> None:
+def test_task_lifecycle_full_lifecycle() -> None:
     run = Driver()
     created = run.create("task_lifecycle")
     assert (created.snapshot.state, created.snapshot.revision) == ("planned", 0)
@@ -32,7 +32,7 @@ def test_seed_003_full_lifecycle() -> None:
     assert run.snapshot.revision == 6 == len(run.history) - 1
 
 
-def test_seed_003_start_after_done_is_refused() -> None:
+def test_task_lifecycle_start_after_done_is_refused() -> None:
     run = Driver()
     run.create("task_lifecycle")
     run.commit("start")
@@ -43,7 +43,7 @@ def test_seed_003_start_after_done_is_refused() -> None:
     assert run.state == "done"
 
 
-def test_seed_003_retry_budget_then_max_retries_exceeded() -> None:
+def test_task_lifecycle_retry_budget_then_max_retries_exceeded() -> None:
     run = Driver()
     run.create("task_lifecycle", max_retries=3)
     run.commit("start")
@@ -61,7 +61,7 @@ def test_seed_003_retry_budget_then_max_retries_exceeded() -> None:
     assert failed.snapshot.stop_reason == "max_retries_exceeded"
 
 
-def test_seed_003_approval_denied_and_timeout_fail_the_run() -> None:
+def test_task_lifecycle_approval_denied_and_timeout_fail_the_run() -> None:
     for event in ("approval_denied", "timeout"):
         run = Driver()
         run.create("task_lifecycle")
@@ -72,7 +72,7 @@ def test_seed_003_approval_denied_and_timeout_fail_the_run() -> None:
         assert run.state == "failed"
 
 
-def test_seed_003_blocked_then_resolved() -> None:
+def test_task_lifecycle_blocked_then_resolved() -> None:
     run = Driver()
     run.create("task_lifecycle")
     run.commit("start")
@@ -84,8 +84,8 @@ def test_seed_003_blocked_then_resolved() -> None:
     assert run.state == "done"
 
 
-def test_seed_003_idempotent_step_demo() -> None:
-    """execute_idempotent: a second run of a succeeded step gets the stored result."""
+def test_task_lifecycle_idempotent_step_demo() -> None:
+    """An idempotent step: a second run of a succeeded step gets the stored result."""
     run = Driver(run_id="idempotent_demo")
     run.create("task_lifecycle")
     run.commit("start")
@@ -118,7 +118,7 @@ def test_step_left_executing_is_visible_after_restart() -> None:
     assert record.error == "gateway said: unknown key"  # the original error is kept
 
 
-def test_seed_002_runtime_tool_runtime_completes_at_revision_3() -> None:
+def test_owned_run_runtime_tool_runtime_completes_at_revision_3() -> None:
     run = Driver()
     created = run.create("owned_run")
     assert (created.snapshot.state, created.snapshot.revision) == ("queued", 0)
@@ -134,7 +134,7 @@ def test_seed_002_runtime_tool_runtime_completes_at_revision_3() -> None:
     assert "model" in refused.detail
 
 
-def test_seed_002_completion_needs_success_criteria() -> None:
+def test_owned_run_completion_needs_success_criteria() -> None:
     run = Driver()
     run.create("owned_run")
     run.commit("run_started")
@@ -144,7 +144,7 @@ def test_seed_002_completion_needs_success_criteria() -> None:
     assert "build=green" in refused.detail
 
 
-def test_seed_002_reasons_are_required_for_waiting_and_failed() -> None:
+def test_owned_run_reasons_are_required_for_waiting_and_failed() -> None:
     run = Driver()
     run.create("owned_run")
     run.commit("run_started")
@@ -156,7 +156,7 @@ def test_seed_002_reasons_are_required_for_waiting_and_failed() -> None:
     assert failed.snapshot.stop_reason == "tool_error"
 
 
-def test_seed_002_tool_source_must_be_a_tool() -> None:
+def test_owned_run_tool_source_must_be_a_tool() -> None:
     run = Driver()
     run.create("owned_run")
     run.commit("run_started")
@@ -165,7 +165,7 @@ def test_seed_002_tool_source_must_be_a_tool() -> None:
     assert refused.code is RejectionCode.UNAUTHORIZED and "tool:*" in refused.detail
 
 
-def test_seed_002_concurrent_proposals_same_revision() -> None:
+def test_owned_run_concurrent_proposals_same_revision() -> None:
     """Two events both carry revision 1: the first commits, the second is a conflict."""
     run = Driver()
     run.create("owned_run")
@@ -176,7 +176,7 @@ def test_seed_002_concurrent_proposals_same_revision() -> None:
     assert second.revision == 2
 
 
-def test_seed_000_transitions() -> None:
+def test_run_state_transitions() -> None:
     run = Driver()
     run.create("run_state")
     assert run.state == "pending"
@@ -191,7 +191,7 @@ def test_seed_000_transitions() -> None:
         assert run.refuse(event).code is RejectionCode.TERMINAL_STATE
 
 
-def test_seed_000_approval_rejected_cancels() -> None:
+def test_run_state_approval_rejected_cancels() -> None:
     run = Driver()
     run.create("run_state")
     run.commit("start")
@@ -200,7 +200,7 @@ def test_seed_000_approval_rejected_cancels() -> None:
     assert run.state == "cancelled"
 
 
-def test_seed_000_every_exit_from_running() -> None:
+def test_run_state_every_exit_from_running() -> None:
     for event, final in (("fail", "failed"), ("timeout", "timeout"), ("cancel", "cancelled")):
         run = Driver()
         run.create("run_state")
