@@ -33,7 +33,6 @@ from processor.partitioning import partition_for
 from processor.readback import offset_for_time, read_partition
 from processor.replay import Replayed, ReplayProblem, apply_heartbeats, apply_transitions
 from processor.runtime.statedir import StateDir
-from processor.runtime.store import PartitionStore
 from processor.topics import TopicDefaults, TopicNames, provision_topics
 from schemas.messages import Heartbeat, RunSnapshot, Transition
 
@@ -108,6 +107,10 @@ class StoreRebuild:
         path = self.state.partition(p)
         if self.since_ms is None and path.exists():
             shutil.rmtree(path)
+        # Here, not at the top: `runstate get --at` and `verify` use this module in the
+        # light install, which has no rocksdict (the store is the worker extra's).
+        from processor.runtime.store import PartitionStore
+
         store = PartitionStore(path)
         try:
             since = self.since_ms
