@@ -8,10 +8,10 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[worker,dev]'
 	touch $(STAMP)
 
-## install: a virtualenv in .venv with runstate and its dev tools
+## install: a virtualenv in .venv with runstate, its worker extra and its dev tools
 install: $(STAMP)
 
 ## tools: what the tests run besides Python: promtool (alert rules) and headless Chromium
