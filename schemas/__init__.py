@@ -4,6 +4,8 @@ from schemas.base import SCHEMA_VERSION
 from schemas.codes import RejectionCode
 from schemas.machine import EventSpec, Guard, GuardKind, MachineSpec, RetryPolicy, TransitionSpec
 from schemas.messages import (
+    CarriedStep,
+    CheckpointPayload,
     CreatePayload,
     DeadLetter,
     Deadlines,
@@ -11,6 +13,7 @@ from schemas.messages import (
     Principal,
     Proposal,
     Rejection,
+    RunLink,
     RunOptions,
     RunSnapshot,
     StepFailedPayload,
@@ -23,6 +26,8 @@ from schemas.messages import (
 
 __all__ = [
     "SCHEMA_VERSION",
+    "CarriedStep",
+    "CheckpointPayload",
     "CreatePayload",
     "DeadLetter",
     "Deadlines",
@@ -36,6 +41,7 @@ __all__ = [
     "Rejection",
     "RejectionCode",
     "RetryPolicy",
+    "RunLink",
     "RunOptions",
     "RunSnapshot",
     "StepFailedPayload",

@@ -25,4 +25,5 @@ class RejectionCode(StrEnum):
     GUARD_FAILED = "guard_failed"
     RETRIES_EXHAUSTED = "retries_exhausted"
     DUPLICATE_STEP = "duplicate_step"
+    CHECKPOINT_TOO_LARGE = "checkpoint_too_large"
     STATE_TOO_LARGE = "state_too_large"

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from schemas.machine import MachineSpec
 from schemas.messages import (
+    CheckpointPayload,
     CreatePayload,
     DeadLetter,
     FactPayload,
@@ -39,6 +40,7 @@ EXPORTED: dict[str, type[BaseModel]] = {
     "payload.step_started": StepStartedPayload,
     "payload.step_succeeded": StepSucceededPayload,
     "payload.step_failed": StepFailedPayload,
+    "payload.checkpoint": CheckpointPayload,
 }
 
 

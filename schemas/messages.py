@@ -1,9 +1,9 @@
 """Wire messages: what producers propose and what the processor publishes and stores."""
 
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Self
 
-from pydantic import Field, JsonValue
+from pydantic import Field, JsonValue, model_validator
 
 from schemas.base import VersionedMessage, WireModel
 from schemas.codes import RejectionCode
@@ -60,11 +60,54 @@ class RunOptions(WireModel):
     deadlines: Deadlines | None = None
 
 
+class RunLink(WireModel):
+    """Another run, as it stood at one revision: the run a continuation carries on from.
+    `revision` and `hash` name the predecessor's latest transition when it was read, so
+    anyone holding its transitions can check what was carried (`processor.resume`)."""
+
+    run_id: RunId
+    revision: int = Field(ge=0)
+    hash: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] = Field(
+        description="`hash` of the predecessor's transition at `revision`."
+    )
+
+
+class CarriedStep(WireModel):
+    """A step a predecessor run completed, carried into its continuation as `succeeded`."""
+
+    idempotency_key: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+    attempts: int = Field(default=1, ge=1)
+    result: JsonValue = None
+
+
 class CreatePayload(WireModel):
-    """The payload of a `create` proposal."""
+    """The payload of a `create` proposal. With `continues`, the new run carries on from
+    a finished one: it starts with the predecessor's succeeded `steps` and its
+    `checkpoint`, read from the predecessor's snapshot by whoever creates it (the engine
+    decides one run at a time and cannot read another)."""
 
     machine: Name
     options: RunOptions = Field(default_factory=RunOptions)
+    continues: RunLink | None = None
+    steps: dict[Name, CarriedStep] = Field(
+        default_factory=dict, description="Only with `continues`: the steps it completed."
+    )
+    checkpoint: JsonObject = Field(
+        default_factory=dict, description="Only with `continues`: its checkpoint data."
+    )
+
+    @model_validator(mode="after")
+    def _carried_only_with_a_predecessor(self) -> Self:
+        if self.continues is None and (self.steps or self.checkpoint):
+            raise ValueError("'steps' and 'checkpoint' are carried only with 'continues'")
+        return self
+
+
+class CheckpointPayload(WireModel):
+    """The payload of `checkpoint`: the agent's intermediate data, replacing the run's
+    checkpoint as a whole."""
+
+    data: JsonObject
 
 
 class FactPayload(WireModel):
@@ -135,6 +178,14 @@ class RunSnapshot(VersionedMessage):
     deadlines: Deadlines = Field(default_factory=Deadlines)
     facts: list[str] = Field(default_factory=list)
     steps: dict[str, StepRecord] = Field(default_factory=dict)
+    checkpoint: JsonObject = Field(
+        default_factory=dict,
+        description="The agent's intermediate data, as its latest `checkpoint` event (or "
+        "the continued run) left it; bounded by the engine's CHECKPOINT_MAX_BYTES.",
+    )
+    continues: RunLink | None = Field(
+        default=None, description="The finished run this one continues, if any."
+    )
     recent_proposals: dict[str, int] = Field(
         default_factory=dict,
         description="Committed proposal id -> its revision, the latest few, oldest first; "

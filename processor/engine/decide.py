@@ -5,7 +5,7 @@ schema_invalid (event payloads), unknown_run, unknown_machine, unauthorized (the
 signing key's scope), run_exists, duplicate, unknown_event, unauthorized (the event's
 authorities), revision_conflict, terminal_state, incompatible_version,
 deadline_passed, invalid_transition, reason_required, guard_failed, retries_exhausted,
-duplicate_step.
+duplicate_step, checkpoint_too_large.
 
 A run is decided all its life by the machine version that created it
 (`RunSnapshot.machine_version`); a version the catalog does not hold is refused
@@ -25,6 +25,14 @@ once the machine's `retention_ms` has passed since the run finished: the decisio
 `Forget` (its last transition, published; the runtime drops everything else about the
 run).
 
+A `checkpoint` (payload {"data": {...}}, by the step authorities, in step states only:
+the data of the work in progress, recorded where steps are) replaces the run's checkpoint
+as a whole and commits like any transition; data over CHECKPOINT_MAX_BYTES of canonical
+JSON is refused `checkpoint_too_large`. A `create` that `continues` a finished run
+starts with the steps and checkpoint its creator read from that run's snapshot (the
+engine reads one run only): the succeeded steps are recorded as succeeded, the
+checkpoint is held to the same limit, and the link is kept in `RunSnapshot.continues`.
+
 A heartbeat is liveness, not a transition: it passes the same checks up to
 invalid_transition (it is recorded only in step states) and comes out as a `Beat`, the
 run's snapshot with the heartbeat deadline pushed back and its revision, transition
@@ -38,6 +46,7 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
+from processor.engine.checkpoint import oversized
 from processor.engine.lint import CREATE_EVENT, FORGET_EVENT, MIGRATE_EVENT, TIMER_AUTHORITY
 from processor.engine.machine import Edge, Machine, machine_for
 from processor.engine.scope import Scope
@@ -57,6 +66,7 @@ from schemas.messages import (
     Rejection,
     RunSnapshot,
     StepRecord,
+    StepStatus,
     Timer,
     Transition,
 )
@@ -216,6 +226,26 @@ def decide(
             )
         return _beat(machine, snapshot, proposal, principal, now_ms)
 
+    if rule.is_checkpoint:
+        if snapshot.state not in machine.step_states:
+            return _reject(
+                Code.INVALID_TRANSITION,
+                f"checkpoints are recorded only in {', '.join(sorted(machine.step_states))}; "
+                f"run is '{snapshot.state}'",
+                proposal,
+                principal,
+                snapshot,
+                now_ms,
+            )
+        too_large = oversized(payload.data)
+        if too_large is not None:
+            return _reject(
+                Code.CHECKPOINT_TOO_LARGE, too_large, proposal, principal, snapshot, now_ms
+            )
+        return _commit(
+            machine, snapshot, proposal, principal, now_ms, snapshot.state, checkpoint=payload.data
+        )
+
     if rule.is_step:
         if snapshot.state not in machine.step_states:
             return _reject(
@@ -313,6 +343,16 @@ def _decide_create(
             snapshot,
             now_ms,
         )
+    if create.continues is not None and create.continues.run_id == proposal.run_id:
+        return _reject(
+            Code.SCHEMA_INVALID,
+            "payload of 'create': a run cannot continue itself; continue a finished run "
+            "as a new run id",
+            proposal,
+            principal,
+            snapshot,
+            now_ms,
+        )
     machine = machines.get(create.machine)
     if machine is None:
         return _reject(
@@ -350,6 +390,11 @@ def _decide_create(
             now_ms,
         )
 
+    if create.continues is not None:
+        too_large = oversized(create.checkpoint)
+        if too_large is not None:
+            return _reject(Code.CHECKPOINT_TOO_LARGE, too_large, proposal, principal, None, now_ms)
+
     options = create.options
     spec = machine.spec
     default_retries = spec.retry.default_max_retries if spec.retry is not None else 0
@@ -366,7 +411,21 @@ def _decide_create(
         "success_criteria": (spec.default_success_criteria if criteria is None else list(criteria)),
         "deadlines": options.deadlines or Deadlines(),
         "facts": [],
-        "steps": {},
+        "steps": {
+            name: StepRecord.trusted(
+                {
+                    "status": StepStatus.SUCCEEDED,
+                    "idempotency_key": step.idempotency_key,
+                    "attempts": step.attempts,
+                    "result": step.result,
+                    "error": None,
+                    "revision": 0,
+                }
+            )
+            for name, step in create.steps.items()
+        },
+        "checkpoint": create.checkpoint,
+        "continues": create.continues,
         "recent_proposals": {proposal.proposal_id: 0},
         "heartbeat_at_ms": None,
         "stop_reason": None,
@@ -501,6 +560,7 @@ def _commit(
     retry_count: int | None = None,
     facts: list[str] | None = None,
     steps: dict[str, StepRecord] | None = None,
+    checkpoint: dict[str, Any] | None = None,
     stop_reason: str | None = None,
 ) -> Commit:
     revision = snapshot.revision + 1
@@ -522,6 +582,8 @@ def _commit(
         values["facts"] = facts
     if steps is not None:
         values["steps"] = steps
+    if checkpoint is not None:
+        values["checkpoint"] = checkpoint
     if target != snapshot.state:
         values["entered_state_at_ms"] = now_ms
     return _seal(

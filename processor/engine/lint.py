@@ -13,9 +13,10 @@ CREATE_EVENT = "create"
 HEARTBEAT_EVENT = "heartbeat"
 MIGRATE_EVENT = "migrate"
 FORGET_EVENT = "forget"
+CHECKPOINT_EVENT = "checkpoint"
 STEP_EVENTS = ("step_started", "step_succeeded", "step_failed")
 RESERVED_EVENTS = frozenset(
-    (CREATE_EVENT, HEARTBEAT_EVENT, MIGRATE_EVENT, FORGET_EVENT, *STEP_EVENTS)
+    (CREATE_EVENT, HEARTBEAT_EVENT, MIGRATE_EVENT, FORGET_EVENT, CHECKPOINT_EVENT, *STEP_EVENTS)
 )
 
 Path = tuple[str | int, ...]

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 import rfc8785
 from pydantic import BaseModel
 
-from processor.engine.lint import HEARTBEAT_EVENT, LintIssue, lint
+from processor.engine.lint import CHECKPOINT_EVENT, HEARTBEAT_EVENT, LintIssue, lint
 from processor.engine.steps import STEP_PAYLOADS
 from schemas.machine import EventSpec, Guard, MachineSpec, TransitionSpec
-from schemas.messages import FactPayload
+from schemas.messages import CheckpointPayload, FactPayload
 
 
 class MachineInvalid(ValueError):
@@ -44,6 +44,7 @@ class EventRule:
     payload_model: type[BaseModel] | None
     is_step: bool
     is_heartbeat: bool = False
+    is_checkpoint: bool = False
     #: The `sources` patterns as one compiled regex (fnmatch per call was a hot spot).
     source_pattern: re.Pattern[str] | None = None
 
@@ -150,6 +151,12 @@ def compile_machine(spec: MachineSpec) -> Machine:
     for name, model in STEP_PAYLOADS.items():
         rules[name] = EventRule(step_authorities, (), model, is_step=True)
     rules[HEARTBEAT_EVENT] = EventRule(step_authorities, (), None, is_step=False, is_heartbeat=True)
+    # The checkpoint is the step ledger's companion (the work's intermediate data), so
+    # whoever may record steps may record it: no authority list of its own, which would
+    # also have changed every machine's version.
+    rules[CHECKPOINT_EVENT] = EventRule(
+        step_authorities, (), CheckpointPayload, is_step=False, is_checkpoint=True
+    )
     retry_event = spec.retry.event if spec.retry is not None else None
     return Machine(
         spec=spec,

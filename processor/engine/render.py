@@ -1,6 +1,6 @@
 """Human views of a machine: the transition table rows and a Mermaid state diagram."""
 
-from processor.engine.lint import STEP_EVENTS
+from processor.engine.lint import CHECKPOINT_EVENT, STEP_EVENTS
 from processor.engine.machine import Machine
 
 
@@ -36,5 +36,7 @@ def mermaid(machine: Machine) -> str:
     for name in spec.terminal:
         lines.append(f"    {name} --> [*]")
     for name in spec.step_states:
-        lines.append(f"    note right of {name}: step ledger: {', '.join(STEP_EVENTS)}")
+        lines.append(
+            f"    note right of {name}: step ledger: {', '.join(STEP_EVENTS)}; {CHECKPOINT_EVENT}"
+        )
     return "\n".join(lines) + "\n"

@@ -389,6 +389,34 @@ def test_duplicate_step() -> None:
         assert refused.step_result == {"refund_id": 9}
 
 
+def test_checkpoint_too_large() -> None:
+    """Checkpoint data over CHECKPOINT_MAX_BYTES of canonical JSON is refused, in a
+    `checkpoint` event and in a continuation's `create`; the run keeps the one it had."""
+    from processor.engine.checkpoint import CHECKPOINT_MAX_BYTES, checkpoint_size
+
+    run = Driver()
+    run.create("task_lifecycle")
+    run.commit("start")
+    run.commit("checkpoint", TOOL, payload={"data": {"cursor": 3}})
+    # JSON spacing does not count: the size is the canonical form's.
+    just_fits = {"blob": "x" * (CHECKPOINT_MAX_BYTES - len('{"blob":""}'))}
+    assert checkpoint_size(just_fits) == CHECKPOINT_MAX_BYTES
+    run.commit("checkpoint", payload={"data": just_fits})
+    over = {"blob": "x" * (CHECKPOINT_MAX_BYTES - len('{"blob":""}') + 1)}
+    refused = run.refuse("checkpoint", payload={"data": over})
+    assert refused.code is RejectionCode.CHECKPOINT_TOO_LARGE
+    assert f"{CHECKPOINT_MAX_BYTES + 1} bytes" in refused.detail
+    assert run.snapshot is not None and run.snapshot.checkpoint == just_fits
+
+    successor = Driver(run_id="run-8")
+    link = {"run_id": "run-7", "revision": 3, "hash": "a" * 64}
+    too_large = successor.refuse(
+        "create",
+        payload={"machine": "task_lifecycle", "continues": link, "checkpoint": over},
+    )
+    assert too_large.code is RejectionCode.CHECKPOINT_TOO_LARGE and successor.snapshot is None
+
+
 @pytest.mark.parametrize("machine", ["run_state", "owned_run", "task_lifecycle"])
 def test_rejections_never_change_the_run(machine: str) -> None:
     run = Driver()
