@@ -4,6 +4,7 @@ import click
 
 from processor.cli.broker import broker
 from processor.cli.demo import demo
+from processor.cli.export import export
 from processor.cli.keys import keys
 from processor.cli.machines import machines
 from processor.cli.recovery import replay, verify
@@ -46,6 +47,7 @@ for command in (
     machines,
     broker,
     keys,
+    export,
 ):
     cli.add_command(command)
 
