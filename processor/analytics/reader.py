@@ -11,7 +11,9 @@ Without `follow`, the reader stops at the end as it was when it started: the hig
 watermark of every partition, read when the reader starts. Records committed later wait
 for the next read. A transaction still open at the start is waited for (a worker commits
 every 100 ms; a crashed worker's transaction is aborted within `transaction.timeout.ms`).
-With `follow`, it never stops: the caller breaks out of the loop.
+With `follow`, it never stops: the caller breaks out of the loop. The positions are then
+just past the last record yielded (a transaction's commit marker may follow it: the next
+reader steps over it).
 """
 
 import uuid

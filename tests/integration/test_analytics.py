@@ -6,6 +6,7 @@ import importlib.util
 import itertools
 import json
 import statistics
+import time
 from collections import Counter, defaultdict
 from pathlib import Path
 from types import ModuleType
@@ -13,8 +14,13 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
 from processor.analytics.columns import rejection_row, transition_row
+from processor.analytics.reader import TransitionReader
+from processor.config import KafkaSettings
+from processor.readback import watermarks
+from processor.rebuild import partition_count
 from processor.topics import TopicNames
 from schemas.messages import Transition
 from tests.integration.harness import (
@@ -111,6 +117,20 @@ def _export(env: Env, out: Path) -> dict[str, Any]:
     return summary
 
 
+def _ends(env: Env) -> dict[str, dict[str, int]]:
+    consumer = Consumer({"bootstrap.servers": env.bootstrap, "group.id": "analytics-ends"})
+    try:
+        return {
+            topic: {
+                str(p): watermarks(consumer, TopicPartition(topic, p))[1]
+                for p in range(partition_count(KafkaSettings(env.bootstrap), topic))
+            }
+            for topic in (env.topics.transitions, env.topics.rejections)
+        }
+    finally:
+        consumer.close()
+
+
 def _rows(path: str | None) -> list[dict[str, Any]]:
     return [] if path is None else pq.read_table(path).to_pylist()
 
@@ -184,7 +204,7 @@ def test_export_twice_and_the_example_queries(env: Env) -> None:
     assert Path(two["rejections"]["file"]).name == "rejections-00002.parquet"
     assert three["transitions"] == {"records": 0, "file": None}
     assert three["rejections"] == {"records": 0, "file": None}
-    assert three["positions"] == two["positions"]
+    assert three["positions"] == two["positions"] == _ends(env)  # past the commit markers
     assert one["lost_to_retention"] == two["lost_to_retention"] == []
     transitions = _rows(one["transitions"]["file"]) + _rows(two["transitions"]["file"])
     rejections = _rows(one["rejections"]["file"]) + _rows(two["rejections"]["file"])
@@ -196,6 +216,33 @@ def test_export_twice_and_the_example_queries(env: Env) -> None:
         first_end = one["positions"][getattr(env.topics, kind)]
         for r in _rows(two[kind]["file"]):
             assert r["offset"] >= first_end[str(r["partition"])], f"{kind}: {r} again"
+
+    # The reader behind it, following from the first export's positions, yields what
+    # the second exported, then keeps waiting (the caller stops it).
+    names = {"transitions": env.topics.transitions, "rejections": env.topics.rejections}
+    start = {k: {int(p): n for p, n in one["positions"][t].items()} for k, t in names.items()}
+    want = two["transitions"]["records"] + two["rejections"]["records"]
+    seen: list[tuple[int, int]] = []
+    with TransitionReader(
+        KafkaSettings(env.bootstrap),
+        env.topics,
+        positions_from=start,
+        rejections=True,
+        follow=True,
+        poll_timeout=0.2,
+    ) as reader:
+        deadline = time.monotonic() + 30
+        for partition, offset, _ in reader:
+            seen.append((partition, offset))
+            if len(seen) == want or time.monotonic() > deadline:
+                break
+        assert len(seen) == want
+        followed = reader.positions()
+    # Following, the positions are just past the last record yielded: at most the
+    # transaction's commit marker behind the end an export's stop takes.
+    for kind, topic in names.items():
+        for p, end in two["positions"][topic].items():
+            assert 0 <= end - followed[kind][int(p)] <= 1, (topic, p)
 
     # ... and together exactly what was published, column for column.
     def _sans_place(row: dict[str, Any]) -> dict[str, Any]:
