@@ -167,6 +167,11 @@ class TransitionReader:
                     if not err.fatal():
                         continue  # librdkafka retries by itself
                     raise ReadError(f"{part.topic}[{part.partition}]: {err}")
+                if not self.follow and offset >= part.end:
+                    # Committed after the start, behind a commit marker that read_committed
+                    # never delivers: everything before the end has been read.
+                    part.position, part.done = part.end, True
+                    continue
                 record = self._decode(part, offset, msg.value() or b"")
                 part.position = offset + 1
                 part.done = not self.follow and part.position >= part.end

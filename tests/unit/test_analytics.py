@@ -4,13 +4,15 @@ and offsets file, and the example queries' rules (visits, lives of a run id, cop
 import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
-from typing import Any
+from types import ModuleType, SimpleNamespace
+from typing import Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from confluent_kafka import KafkaError, TopicPartition
 
+from processor.analytics import reader as reader_module
 from processor.analytics.columns import (
     REJECTION_COLUMNS,
     TRANSITION_COLUMNS,
@@ -25,6 +27,9 @@ from processor.analytics.parquet import (
     part_path,
     save_offsets,
 )
+from processor.analytics.reader import ReadError, TransitionReader
+from processor.config import KafkaSettings
+from processor.topics import TopicNames
 from schemas.codes import RejectionCode
 from schemas.messages import Principal, Rejection, Transition
 
@@ -255,3 +260,104 @@ def test_queries_count_visits_lives_and_copies_as_documented(tmp_path: Path) -> 
             "runs": 0,
         },
     ]
+
+
+# -- the reader's positions, over a fake consumer -----------------------------------------
+class _Msg:
+    def __init__(self, topic: str, partition: int, offset: int, value: bytes | None) -> None:
+        self._where = (topic, partition, offset)
+        self._value = value
+
+    def topic(self) -> str:
+        return self._where[0]
+
+    def partition(self) -> int:
+        return self._where[1]
+
+    def offset(self) -> int:
+        return self._where[2]
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def error(self) -> Any:
+        if self._value is not None:
+            return None
+        return KafkaError(KafkaError._PARTITION_EOF)
+
+
+class _FakeConsumer:
+    """One partition per topic: `logs[topic]` is (low, high at the start, records
+    delivered in order: (offset, value), or (offset, None) for the end of the partition
+    reached at that offset)."""
+
+    logs: ClassVar[dict[str, tuple[int, int, list[tuple[int, bytes | None]]]]] = {}
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        assert config["isolation.level"] == "read_committed"
+        self.assigned: list[TopicPartition] = []
+
+    def list_topics(self, topic: str, timeout: float) -> Any:
+        meta = SimpleNamespace(partitions={0: None}, error=None)
+        return SimpleNamespace(topics={topic: meta})
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float) -> tuple[int, int]:
+        low, high, _ = self.logs[tp.topic]
+        return low, high
+
+    def assign(self, tps: list[TopicPartition]) -> None:
+        self.assigned = tps
+
+    def consume(self, num_messages: int, timeout: float) -> list[_Msg]:
+        out = []
+        for tp in self.assigned:
+            _, _, records = self.logs[tp.topic]
+            for offset, value in records:
+                if value is None or offset >= tp.offset:
+                    out.append(_Msg(tp.topic, 0, offset, value))
+        self.assigned = []  # delivered once
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+def _raw(t: Transition) -> bytes:
+    return t.model_dump_json().encode()
+
+
+def test_reader_positions_gaps_and_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reader_module, "Consumer", _FakeConsumer)
+    topics = TopicNames.with_prefix("x.")
+    rec = [_raw(_transition("r", n, None if n == 0 else "queued", "queued")) for n in range(6)]
+    _FakeConsumer.logs = {
+        # offsets 0-1 deleted by retention; 2, 3 data, 4 a commit marker (never delivered),
+        # 5 committed after the start (high was 5): not this read's
+        topics.transitions: (2, 5, [(2, rec[2]), (3, rec[3]), (5, rec[5])]),
+        # the end reached past a marker: the position moves to the end
+        topics.rejections: (0, 2, [(2, None)]),
+    }
+    start = {"transitions": {0: 1}}
+    with TransitionReader(
+        KafkaSettings("x:1"), topics, positions_from=start, rejections=True
+    ) as reader:
+        assert reader.remaining() == 3 + 2
+        got = [(p, o, r.transition_id) for p, o, r in reader]  # type: ignore[union-attr]
+        assert got == [(0, 2, "r:2"), (0, 3, "r:3")]
+        assert reader.positions() == {"transitions": {0: 5}, "rejections": {0: 2}}
+        assert [(g.kind, g.stored, g.low, g.lost) for g in reader.gaps] == [
+            ("transitions", 1, 2, 1)
+        ]
+    with pytest.raises(ReadError, match="past the end"):
+        TransitionReader(KafkaSettings("x:1"), topics, positions_from={"transitions": {0: 9}})
+
+
+def test_reader_refuses_a_record_that_is_not_a_transition(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reader_module, "Consumer", _FakeConsumer)
+    topics = TopicNames.with_prefix("x.")
+    _FakeConsumer.logs = {topics.transitions: (0, 1, [(0, b'{"nope": 1}')])}
+    with (
+        TransitionReader(KafkaSettings("x:1"), topics) as reader,
+        pytest.raises(ReadError, match=r"x\.transitions\[0\]@0: not a transition"),
+    ):
+        list(reader)
