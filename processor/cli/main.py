@@ -20,6 +20,8 @@ COMMANDS: dict[str, tuple[str, str, str | None]] = {
     "create": ("processor.cli.runs", "create", None),
     # The demo starts worker processes (and a broker container through testcontainers).
     "demo": ("processor.cli.demo", "demo", "worker"),
+    # Parquet files of the transitions and rejections (pyarrow: the analytics extra).
+    "export": ("processor.cli.export", "export", "analytics"),
     "get": ("processor.cli.runs", "get", None),
     "history": ("processor.cli.runs", "history", None),
     "keys": ("processor.cli.keys", "keys", None),
