@@ -47,7 +47,7 @@ demo: install
 
 ## test: the whole suite (lint, types, unit, integration on a real broker) + engine coverage
 test: install tools
-	$(BIN)/pytest --cov=processor.engine --cov-branch --cov-report=term-missing:skip-covered --cov-fail-under=95
+	$(BIN)/pytest --cov=processor.engine --cov-branch --cov-report=term-missing:skip-covered --cov-fail-under=95 --durations=20
 
 ## unit: pure tests only, no broker, seconds
 unit: install tools
