@@ -76,7 +76,7 @@ class AsyncOutcomeWaiter:
         ):
             return  # already pinned: no thread needed
         new = await asyncio.to_thread(self._pins.pin, run_id, self._followed, Deadline(timeout))
-        self._partitions = self._pins.partitions(Deadline(timeout))  # cached by now
+        self._partitions = self._pins.known_partitions  # read by pin(), never None here
         self._to_assign.extend(new)
 
     def expecting(self, proposal_id: str) -> bool:

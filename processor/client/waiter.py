@@ -47,6 +47,11 @@ class Pins:
         self._partitions: int | None = None
         self._lock = threading.Lock()
 
+    @property
+    def known_partitions(self) -> int | None:
+        """The partition count once read (no lock: an event loop may ask)."""
+        return self._partitions
+
     def partitions(self, deadline: Deadline) -> int:
         """The proposals topic's partition count (every output topic has the same)."""
         with self._lock:
@@ -212,7 +217,8 @@ class OutcomeWaiter:
             self._consumer.close()
 
     def wait(self, proposal_id: str, timeout: float) -> Outcome:
-        """The proposal's outcome, handed over once (a second wait for it times out)."""
+        """The proposal's outcome, handed over once: in a scoped waiter a second wait
+        for it is a LookupError, like a wait for a proposal id never registered."""
         deadline = time.monotonic() + timeout
         with self._cond:
             if not self.follow_all and not self._book.expecting(proposal_id):
