@@ -128,7 +128,7 @@ def test_a_dead_broker_is_unavailable_within_the_timeout(tmp_path: Path) -> None
             client.propose_and_wait("r1", "start", timeout=3)
         finally:
             client.close(timeout=0.5)
-    assert time.monotonic() - began < 6
+    assert time.monotonic() - began < 4.5  # the 3 s asked for, and no more than slack
 
     async def main() -> None:
         client = AsyncRunstateClient(KafkaSettings(DEAD), topics, signing_key=key, timeout=3)
@@ -140,7 +140,7 @@ def test_a_dead_broker_is_unavailable_within_the_timeout(tmp_path: Path) -> None
     began = time.monotonic()
     with pytest.raises(Unavailable, match=re.escape(DEAD)):
         asyncio.run(main())
-    assert time.monotonic() - began < 6
+    assert time.monotonic() - began < 4.5  # the 3 s asked for, and no more than slack
 
 
 def test_a_resent_committed_proposal_returns_the_original_transition(
