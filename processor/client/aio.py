@@ -72,10 +72,12 @@ class AsyncOutcomeWaiter:
         self._book.expect(proposal_id)
         if self._partitions is not None and all(
             tp in self._followed
-            for tp in answering_partitions(self._topics, run_id, self._partitions)
+            for tp in answering_partitions(self._topics, run_id.encode(), self._partitions)
         ):
             return  # already pinned: no thread needed
-        new = await asyncio.to_thread(self._pins.pin, run_id, self._followed, Deadline(timeout))
+        new = await asyncio.to_thread(
+            self._pins.pin, run_id.encode(), self._followed, Deadline(timeout)
+        )
         self._partitions = self._pins.known_partitions  # read by pin(), never None here
         self._to_assign.extend(new)
 

@@ -6,6 +6,7 @@ an outcome record, tells a `duplicate` (a retry of a committed proposal) from ot
 rejections, and keeps the book of which proposal ids someone waits for.
 """
 
+import json
 import time
 import uuid
 from collections import OrderedDict
@@ -14,7 +15,7 @@ from typing import Any
 
 from processor.config import KafkaSettings
 from processor.keyring import SigningKey
-from processor.partitioning import partition_for
+from processor.partitioning import murmur2
 from processor.topics import TopicNames
 from schemas.codes import RejectionCode
 from schemas.messages import Heartbeat, Proposal, Rejection, Transition
@@ -91,12 +92,23 @@ def output_topics(topics: TopicNames) -> tuple[str, str, str]:
     return (topics.transitions, topics.rejections, topics.heartbeats)
 
 
-def answering_partitions(topics: TopicNames, run_id: str, partitions: int) -> list[tuple[str, int]]:
-    """Where the outcomes of a run's proposals are published: the run's partition of
-    each output topic (they share the proposals topic's partition count, and the worker
-    keys every outcome by run_id)."""
-    p = partition_for(run_id, partitions)
+def answering_partitions(topics: TopicNames, key: bytes, partitions: int) -> list[tuple[str, int]]:
+    """Where the outcomes of a proposal keyed `key` (a run id's bytes) are published:
+    the worker writes them to the proposal's partition number of each output topic
+    (they share the proposals topic's partition count), the murmur2 partition of the
+    key."""
+    p = (murmur2(key) & 0x7FFFFFFF) % partitions
     return [(topic, p) for topic in output_topics(topics)]
+
+
+def raw_proposal_id(value: bytes) -> str | None:
+    """The proposal id in a record's bytes, when they are a JSON object with one."""
+    try:
+        data = json.loads(value)
+    except ValueError:
+        return None
+    pid = data.get("proposal_id") if isinstance(data, dict) else None
+    return pid if isinstance(pid, str) else None
 
 
 def parse_outcome(topics: TopicNames, topic: str, value: bytes) -> Outcome:

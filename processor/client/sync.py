@@ -23,6 +23,7 @@ from .core import (
     duplicate_of,
     producer_config,
     proposal_record,
+    raw_proposal_id,
     unavailable,
 )
 from .errors import Rejected
@@ -112,14 +113,14 @@ class RunstateClient:
         return record.proposal_id
 
     def _send(self, record: ProposalRecord, deadline: Deadline) -> None:
-        self._expect(record.run_id, record.proposal_id, deadline)
-        self.send_raw(record.key, record.value, record.headers)
+        self._expect(record.key, record.proposal_id, deadline)
+        self._produce(record.key, record.value, record.headers)
 
-    def _expect(self, run_id: str, proposal_id: str, deadline: Deadline) -> None:
+    def _expect(self, key: bytes, proposal_id: str, deadline: Deadline) -> None:
         if self._all is not None:
-            self._all.expect(run_id, proposal_id, deadline.left())
+            self._all.expect(key, proposal_id, deadline.left())
         else:
-            self._scoped_waiter().expect(run_id, proposal_id, max(0.1, deadline.left()))
+            self._scoped_waiter().expect(key, proposal_id, max(0.1, deadline.left()))
 
     def send_raw(
         self,
@@ -127,12 +128,21 @@ class RunstateClient:
         value: bytes,
         headers: list[tuple[str, str | bytes | None]] | None = None,
     ) -> None:
-        """Produce bytes to the proposals topic, signed unless `headers` are given. No
-        outcome is registered: wait for it through `waiter()`, started before."""
+        """Produce bytes to the proposals topic, signed unless `headers` are given. When
+        the bytes hold a proposal id and there is a key, its outcome is registered for
+        `wait()` as `propose` does; for anything else, wait through `waiter()`."""
         if headers is None:
             headers = self.signing_key.headers(
                 self.topics.proposals, key, value, int(time.time() * 1000)
             )
+        proposal_id = raw_proposal_id(value)
+        if key is not None and proposal_id is not None:
+            self._expect(key, proposal_id, Deadline(self.timeout))
+        self._produce(key, value, headers)
+
+    def _produce(
+        self, key: bytes | None, value: bytes, headers: list[tuple[str, str | bytes | None]]
+    ) -> None:
         while True:
             try:
                 self._producer.produce(

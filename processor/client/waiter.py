@@ -81,15 +81,16 @@ class Pins:
         return self._partitions
 
     def pin(
-        self, run_id: str, followed: dict[tuple[str, int], int], deadline: Deadline
+        self, key: bytes, followed: dict[tuple[str, int], int], deadline: Deadline
     ) -> list[TopicPartition]:
-        """The run's output partitions not followed yet, each at its high watermark now;
-        recorded in `followed` before the lock is let go, so a second caller for the same
-        partition never produces before the first one's pin exists."""
+        """The output partitions answering proposals keyed `key` not followed yet, each
+        at its high watermark now; recorded in `followed` before the lock is let go, so a
+        second caller for the same partition never produces before the first one's pin
+        exists."""
         with self._lock:
             n = self._partition_count(deadline)
             new = []
-            for topic, p in answering_partitions(self.topics, run_id, n):
+            for topic, p in answering_partitions(self.topics, key, n):
                 if (topic, p) in followed:
                     continue
                 tp = TopicPartition(topic, p)
@@ -165,14 +166,15 @@ class OutcomeWaiter:
         self._thread.start()
 
     # -- registering -----------------------------------------------------------
-    def expect(self, run_id: str, proposal_id: str, timeout: float = 30.0) -> None:
-        """Register interest in a proposal of `run_id` before it is produced: its outcome
-        will be kept for `wait()`, however soon it comes."""
+    def expect(self, run_id: str | bytes, proposal_id: str, timeout: float = 30.0) -> None:
+        """Register interest in a proposal of `run_id` (or keyed by these bytes) before it
+        is produced: its outcome will be kept for `wait()`, however soon it comes."""
         with self._cond:
             self._book.expect(proposal_id)
         if self.follow_all:
             return
-        new = self._pins.pin(run_id, self._followed, Deadline(timeout))
+        key = run_id.encode() if isinstance(run_id, str) else run_id
+        new = self._pins.pin(key, self._followed, Deadline(timeout))
         if new:
             with self._cond:
                 self._to_assign.extend(new)

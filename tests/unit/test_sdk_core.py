@@ -25,6 +25,7 @@ from processor.client.core import (
     create_payload,
     duplicate_of,
     proposal_record,
+    raw_proposal_id,
 )
 from processor.partitioning import partition_for
 from schemas.messages import Principal, Proposal
@@ -99,11 +100,17 @@ def test_a_proposal_record_is_keyed_by_run_and_signed_over_what_is_sent() -> Non
 
 def test_a_run_is_answered_in_its_partition_of_every_output_topic() -> None:
     p = partition_for("run-1", 6)
-    assert answering_partitions(TOPICS, "run-1", 6) == [
+    assert answering_partitions(TOPICS, b"run-1", 6) == [
         (TOPICS.transitions, p),
         (TOPICS.rejections, p),
         (TOPICS.heartbeats, p),
     ]
+
+
+def test_a_raw_record_names_its_proposal_id_when_it_has_one() -> None:
+    assert raw_proposal_id(b'{"proposal_id": "p-1", "run_id": "r"}') == "p-1"
+    for junk in (b"\x00\xff", b"[1]", b'{"proposal_id": 7}', b"{"):
+        assert raw_proposal_id(junk) is None
 
 
 def test_only_a_duplicate_names_an_original_transition() -> None:
