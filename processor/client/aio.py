@@ -37,6 +37,7 @@ from .core import (
     parse_outcome,
     producer_config,
     proposal_record,
+    raw_proposal_id,
     timeout_message,
     unavailable,
 )
@@ -102,7 +103,11 @@ class AsyncOutcomeWaiter:
                     if msg.error() is not None:
                         continue
                     self.read += 1
-                    outcome = parse_outcome(self._topics, msg.topic() or "", msg.value() or b"")
+                    value = msg.value() or b""
+                    if not self._book.wanted(raw_proposal_id(value)):
+                        self._book.dropped += 1  # nobody registered it: dropped unparsed
+                        continue
+                    outcome = parse_outcome(self._topics, msg.topic() or "", value)
                     if self._book.offer(outcome) and outcome.proposal_id in self._waiting:
                         self._hand_over(outcome.proposal_id)
         except asyncio.CancelledError:

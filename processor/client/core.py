@@ -160,6 +160,10 @@ class OutcomeBook:
     def expecting(self, proposal_id: str) -> bool:
         return proposal_id in self._entries
 
+    def wanted(self, proposal_id: str | None) -> bool:
+        """Whether an outcome of this id would be kept: worth parsing."""
+        return proposal_id is not None and (self.keep_all or proposal_id in self._entries)
+
     def offer(self, outcome: Outcome) -> bool:
         """Keep the outcome if someone waits (or may wait) for it; True when kept. The
         first outcome of an id wins (a later `duplicate` of a retry stays out)."""

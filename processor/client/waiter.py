@@ -29,6 +29,7 @@ from .core import (
     consumer_config,
     output_topics,
     parse_outcome,
+    raw_proposal_id,
     timeout_message,
     unavailable,
 )
@@ -195,16 +196,19 @@ class OutcomeWaiter:
                 if assign:
                     self._consumer.incremental_assign(assign)
                 batch = self._consumer.consume(num_messages=1_000, timeout=0.05)
-                parsed: list[Outcome] = []
-                for msg in batch:
-                    if msg.error() is not None:
-                        continue
-                    parsed.append(
-                        parse_outcome(self._topics, msg.topic() or "", msg.value() or b"")
-                    )
+                records = [(m.topic() or "", m.value() or b"") for m in batch if m.error() is None]
+                if not records:
+                    continue
+                every = self.follow_all or self._on_outcome is not None
+                with self._cond:
+                    self.read += len(records)
+                    if not every:  # what nobody registered is dropped unparsed (cheaper)
+                        wanted = [r for r in records if self._book.wanted(raw_proposal_id(r[1]))]
+                        self._book.dropped += len(records) - len(wanted)
+                        records = wanted
+                parsed = [parse_outcome(self._topics, topic, value) for topic, value in records]
                 if parsed:
                     with self._cond:
-                        self.read += len(parsed)
                         for outcome in parsed:
                             self._book.offer(outcome)
                         self._cond.notify_all()
