@@ -128,16 +128,20 @@ class RunstateClient:
         value: bytes,
         headers: list[tuple[str, str | bytes | None]] | None = None,
     ) -> None:
-        """Produce bytes to the proposals topic, signed unless `headers` are given. When
-        the bytes hold a proposal id and there is a key, its outcome is registered for
-        `wait()` as `propose` does; for anything else, wait through `waiter()`."""
+        """Produce bytes to the proposals topic, signed unless `headers` are given.
+
+        It never waits on the broker, so it pins no partition: when the bytes hold a
+        proposal id and this client already follows the key's partition (it proposed
+        for a run there), `wait()` gets its outcome as after `propose`; else start
+        `waiter()` before sending, to wait for it."""
         if headers is None:
             headers = self.signing_key.headers(
                 self.topics.proposals, key, value, int(time.time() * 1000)
             )
         proposal_id = raw_proposal_id(value)
-        if key is not None and proposal_id is not None:
-            self._expect(key, proposal_id, Deadline(self.timeout))
+        waiter = self._all or self._scoped
+        if key is not None and proposal_id is not None and waiter is not None:
+            waiter.expect_if_followed(key, proposal_id)
         self._produce(key, value, headers)
 
     def _produce(

@@ -180,6 +180,19 @@ class OutcomeWaiter:
             with self._cond:
                 self._to_assign.extend(new)
 
+    def expect_if_followed(self, key: bytes, proposal_id: str) -> bool:
+        """Register interest without a word to the broker: only when the partition
+        answering `key` is followed already (True then)."""
+        n = self._pins.known_partitions
+        if not self.follow_all and (
+            n is None
+            or not all(tp in self._followed for tp in answering_partitions(self._topics, key, n))
+        ):
+            return False
+        with self._cond:
+            self._book.expect(proposal_id)
+        return True
+
     def expecting(self, proposal_id: str) -> bool:
         with self._cond:
             return self._book.expecting(proposal_id)
