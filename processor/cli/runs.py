@@ -23,7 +23,7 @@ from processor.cli.options import (
     worker_url_option,
 )
 from processor.cli.recovery import parse_time
-from processor.client import OutcomeTimeout, RunReader, RunstateClient
+from processor.client import OutcomeTimeout, RunReader, RunstateClient, Unavailable
 from processor.keyring import KeyringError, load_keyring, load_signing_key, signing_key_from
 from processor.readback import watermarks
 from processor.rebuild import RebuildError, run_as_of
@@ -70,13 +70,16 @@ def _client(
 
 
 def _finish(client: RunstateClient, proposal_id: str, wait: bool, timeout: float) -> None:
-    client.flush()
+    try:
+        client.flush(timeout)
+    except Unavailable as exc:
+        raise click.ClickException(str(exc)) from exc
     if not wait:
         click.echo(json.dumps({"proposal_id": proposal_id}))
         return
     try:
         outcome = client.wait(proposal_id, timeout)
-    except OutcomeTimeout as exc:
+    except (OutcomeTimeout, Unavailable) as exc:
         raise click.ClickException(str(exc)) from exc
     finally:
         client.close()
@@ -118,15 +121,17 @@ def create(
 ) -> None:
     """Create run RUN_ID on MACHINE (revision 0 in the machine's initial state)."""
     client = _client(kafka, keyring_file, key_id, signing_key_file)
-    if wait:
-        client.waiter()
-    pid = client.create(
-        run_id,
-        machine,
-        max_retries=max_retries,
-        success_criteria=list(success_criteria) or None,
-        proposal_id=proposal_id,
-    )
+    try:
+        pid = client.create(
+            run_id,
+            machine,
+            max_retries=max_retries,
+            success_criteria=list(success_criteria) or None,
+            proposal_id=proposal_id,
+            timeout=timeout,
+        )
+    except Unavailable as exc:
+        raise click.ClickException(str(exc)) from exc
     _finish(client, pid, wait, timeout)
 
 
@@ -165,16 +170,18 @@ def propose(
     if not isinstance(data, dict):
         raise click.BadParameter("must be a JSON object", param_hint="--payload")
     client = _client(kafka, keyring_file, key_id, signing_key_file)
-    if wait:
-        client.waiter()
-    pid = client.propose(
-        run_id,
-        event,
-        payload=data,
-        reason=reason,
-        expected_revision=expected_revision,
-        proposal_id=proposal_id,
-    )
+    try:
+        pid = client.propose(
+            run_id,
+            event,
+            payload=data,
+            reason=reason,
+            expected_revision=expected_revision,
+            proposal_id=proposal_id,
+            timeout=timeout,
+        )
+    except Unavailable as exc:
+        raise click.ClickException(str(exc)) from exc
     _finish(client, pid, wait, timeout)
 
 
@@ -217,7 +224,7 @@ def get(
     if at_time is None and at_offset is None:
         try:
             snapshot = _reader(worker_urls, http_token).snapshot(run_id)
-        except LookupError as exc:
+        except (LookupError, Unavailable) as exc:
             raise click.ClickException(str(exc)) from exc
     else:
         at_ms = None if at_time is None else parse_time(at_time)
@@ -241,7 +248,7 @@ def history(run_id: str, worker_urls: tuple[str, ...], http_token: str | None) -
     """Print run RUN_ID's transitions as JSON lines, oldest first."""
     try:
         transitions = _reader(worker_urls, http_token).history(run_id)
-    except LookupError as exc:
+    except (LookupError, Unavailable) as exc:
         raise click.ClickException(str(exc)) from exc
     for transition in transitions:
         click.echo(transition.model_dump_json())
@@ -310,7 +317,7 @@ def stats(
     now_ms = int(time.time() * 1000)
     try:
         data = reader.stats() if state is None else reader.runs_in_state(state, machine, limit)
-    except (LookupError, ValueError) as exc:
+    except (LookupError, ValueError, Unavailable) as exc:
         raise click.ClickException(str(exc)) from exc
     console = Console()
     if state is None:

@@ -1,0 +1,462 @@
+"""`AsyncRunstateClient`: the asyncio face of the SDK, on the same core as the blocking
+client.
+
+Outcomes are read by a `confluent_kafka.aio.AIOConsumer` in one task; a proposal's
+outcome resolves the future its `wait()` awaits. Proposals go through a plain
+`confluent_kafka.Producer` whose delivery reports resolve asyncio futures: the
+installed `AIOProducer` refuses headers in its batch mode (NotImplementedError), and a
+proposal's signature is in its headers. Reads from the workers' HTTP API and the lookup
+of an original transition are blocking and run in a thread.
+"""
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Iterable
+from types import TracebackType
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka.aio import AIOConsumer
+
+from processor.config import KafkaSettings
+from processor.keyring import SigningKey
+from processor.topics import TopicNames
+from schemas.messages import RunSnapshot, Transition
+
+from .core import (
+    MAX_UNCLAIMED,
+    Deadline,
+    Outcome,
+    OutcomeBook,
+    ProposalRecord,
+    answering_partitions,
+    consumer_config,
+    create_payload,
+    duplicate_of,
+    parse_outcome,
+    producer_config,
+    proposal_record,
+    raw_proposal_id,
+    timeout_message,
+    unavailable,
+)
+from .errors import Rejected, Timeout
+from .lookup import committed_transition
+from .reader import RunReader
+from .waiter import Pins
+
+
+class AsyncOutcomeWaiter:
+    """The scoped waiter (see `processor.client.waiter`) for one event loop: reads the
+    output partitions of the runs registered through `expect`, keeps the outcomes of
+    registered proposal ids only, hands each over once."""
+
+    def __init__(
+        self, settings: KafkaSettings, topics: TopicNames, *, max_unclaimed: int = MAX_UNCLAIMED
+    ) -> None:
+        self._settings = settings
+        self._topics = topics
+        self._book = OutcomeBook(max_unclaimed)
+        self._pins = Pins(settings, topics)
+        self._followed: dict[tuple[str, int], int] = {}
+        self._to_assign: list[TopicPartition] = []
+        self._waiting: dict[str, asyncio.Future[Outcome]] = {}
+        self._consumer = AIOConsumer(consumer_config(settings), max_workers=2)
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name="runstate-outcomes")
+        self._error: BaseException | None = None
+        self._partitions: int | None = None
+        self.read = 0
+
+    async def expect(self, run_id: str, proposal_id: str, timeout: float) -> None:
+        """Register interest in a proposal of `run_id` before it is produced."""
+        self._book.expect(proposal_id)
+        if self._partitions is not None and all(
+            tp in self._followed
+            for tp in answering_partitions(self._topics, run_id.encode(), self._partitions)
+        ):
+            return  # already pinned: no thread needed
+        new = await asyncio.to_thread(
+            self._pins.pin, run_id.encode(), self._followed, Deadline(timeout)
+        )
+        self._partitions = self._pins.known_partitions  # read by pin(), never None here
+        self._to_assign.extend(new)
+
+    def expecting(self, proposal_id: str) -> bool:
+        return self._book.expecting(proposal_id)
+
+    async def partitions(self, timeout: float) -> int:
+        if self._partitions is None:
+            self._partitions = await asyncio.to_thread(self._pins.partitions, Deadline(timeout))
+        return self._partitions
+
+    async def _loop(self) -> None:
+        try:
+            while True:
+                assign, self._to_assign = self._to_assign, []
+                if assign:
+                    await self._consumer.incremental_assign(assign)
+                batch: list[Message] = await self._consumer.consume(
+                    num_messages=1_000, timeout=0.05
+                )
+                for msg in batch:
+                    if msg.error() is not None:
+                        continue
+                    self.read += 1
+                    value = msg.value() or b""
+                    if not self._book.wanted(raw_proposal_id(value)):
+                        self._book.dropped += 1  # nobody registered it: dropped unparsed
+                        continue
+                    outcome = parse_outcome(self._topics, msg.topic() or "", value)
+                    if self._book.offer(outcome) and outcome.proposal_id in self._waiting:
+                        self._hand_over(outcome.proposal_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # surfaced to waiters rather than lost in a task
+            self._error = exc
+            for future in self._waiting.values():
+                if not future.done():
+                    future.set_exception(exc)
+
+    def _hand_over(self, proposal_id: str) -> None:
+        future = self._waiting.pop(proposal_id)
+        outcome = self._book.take(proposal_id)
+        if outcome is not None and not future.done():
+            future.set_result(outcome)
+
+    async def wait(self, proposal_id: str, timeout: float) -> Outcome:
+        """The proposal's outcome, handed over once."""
+        if self._error is not None:
+            raise self._error
+        outcome = self._book.take(proposal_id)
+        if outcome is not None:
+            return outcome
+        if not self._book.expecting(proposal_id):
+            raise LookupError(
+                f"proposal '{proposal_id}' is not awaited here: it was not proposed through "
+                "this client, its outcome was already handed over, or more than "
+                f"{self._book.capacity} proposals went unclaimed since (max_unclaimed=)"
+            )
+        future = self._waiting.setdefault(proposal_id, asyncio.get_running_loop().create_future())
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), timeout)
+        except TimeoutError:
+            raise Timeout(timeout_message(proposal_id, timeout)) from None
+        finally:
+            if future.done() or self._waiting.get(proposal_id) is future:
+                self._waiting.pop(proposal_id, None)
+
+    def kept(self) -> int:
+        return len(self._book)
+
+    def dropped(self) -> int:
+        return self._book.dropped
+
+    def followed(self) -> list[tuple[str, int]]:
+        return sorted(self._followed)
+
+    async def close(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        await self._consumer.close()
+        await asyncio.to_thread(self._pins.close)
+
+
+class _Deliveries:
+    """A producer's delivery reports, polled on a thread of their own and handed to the
+    event loop as the results of futures."""
+
+    def __init__(self, producer: Producer, loop: asyncio.AbstractEventLoop) -> None:
+        self._producer = producer
+        self._loop = loop
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, name="runstate-deliveries", daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            self._producer.poll(0.05)
+
+    def reporter(self, future: "asyncio.Future[None]") -> Any:
+        def on_delivery(err: KafkaError | None, _msg: Message) -> None:
+            self._loop.call_soon_threadsafe(_settle, future, err)
+
+        return on_delivery
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+def _settle(future: "asyncio.Future[None]", err: KafkaError | None) -> None:
+    if future.done():
+        return
+    if err is None:
+        future.set_result(None)
+    else:
+        future.set_exception(KafkaException(err))
+
+
+class AsyncRunstateClient:
+    """The asyncio twin of `RunstateClient`: the same methods, awaited.
+
+        async with AsyncRunstateClient(settings, topics, signing_key=key) as client:
+            outcome = await client.propose_and_wait("run-7", "start", timeout=10)
+
+    One client serves many concurrent tasks of one event loop (it is built in, and
+    bound to, the loop that first uses it)."""
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        topics: TopicNames,
+        *,
+        signing_key: SigningKey | None = None,
+        key_id: str | None = None,
+        secret: str | None = None,
+        worker_urls: Iterable[str] = (),
+        http_token: str | None = None,
+        timeout: float = 30.0,
+        max_unclaimed: int = MAX_UNCLAIMED,
+    ) -> None:
+        self.settings = settings
+        self.topics = topics
+        if signing_key is None:
+            if key_id is None or secret is None:
+                raise ValueError("give signing_key, or key_id and secret (an HMAC key)")
+            signing_key = SigningKey.hmac(key_id, secret)
+        self.signing_key = signing_key
+        self.timeout = timeout
+        self.max_unclaimed = max_unclaimed
+        self.reader = RunReader(worker_urls, http_token=http_token, timeout=min(timeout, 10.0))
+        self._producer: Producer | None = None
+        self._deliveries: _Deliveries | None = None
+        self._waiter: AsyncOutcomeWaiter | None = None
+        self._pending: set[asyncio.Future[None]] = set()
+        self._delivery_error: BaseException | None = None
+
+    async def __aenter__(self) -> "AsyncRunstateClient":
+        self._started()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def _started(self) -> tuple[Producer, _Deliveries, AsyncOutcomeWaiter]:
+        if self._producer is None or self._deliveries is None or self._waiter is None:
+            self._producer = Producer(producer_config(self.settings, self.timeout))
+            self._deliveries = _Deliveries(self._producer, asyncio.get_running_loop())
+            self._waiter = AsyncOutcomeWaiter(
+                self.settings, self.topics, max_unclaimed=self.max_unclaimed
+            )
+        return self._producer, self._deliveries, self._waiter
+
+    @property
+    def outcomes(self) -> AsyncOutcomeWaiter:
+        """The client's waiter (what it follows and keeps)."""
+        return self._started()[2]
+
+    # -- proposing -------------------------------------------------------------
+    async def propose(
+        self,
+        run_id: str,
+        event: str,
+        *,
+        payload: dict[str, Any] | None = None,
+        reason: str | None = None,
+        expected_revision: int | None = None,
+        metadata: dict[str, Any] | None = None,
+        proposal_id: str | None = None,
+        timeout: float | None = None,
+    ) -> str:
+        """Send a signed proposal; returns its proposal id once it is handed to the
+        producer (`flush()` or `*_and_wait` wait for its delivery)."""
+        record = proposal_record(
+            self.topics,
+            self.signing_key,
+            run_id,
+            event,
+            payload=payload,
+            reason=reason,
+            expected_revision=expected_revision,
+            metadata=metadata,
+            proposal_id=proposal_id,
+        )
+        await self._send(record, Deadline(self.timeout if timeout is None else timeout))
+        return record.proposal_id
+
+    async def _send(self, record: ProposalRecord, deadline: Deadline) -> "asyncio.Future[None]":
+        producer, deliveries, waiter = self._started()
+        await waiter.expect(record.run_id, record.proposal_id, max(0.1, deadline.left()))
+        delivered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        while True:
+            try:
+                producer.produce(
+                    self.topics.proposals,
+                    key=record.key,
+                    value=record.value,
+                    headers=record.headers,
+                    on_delivery=deliveries.reporter(delivered),
+                )
+                break
+            except BufferError:
+                await asyncio.sleep(0.05)  # the delivery thread drains the queue
+        self._pending.add(delivered)
+        delivered.add_done_callback(self._delivered)
+        return delivered
+
+    def _delivered(self, future: "asyncio.Future[None]") -> None:
+        self._pending.discard(future)
+        if not future.cancelled() and future.exception() is not None:
+            self._delivery_error = future.exception()
+
+    async def create(
+        self,
+        run_id: str,
+        machine: str,
+        *,
+        max_retries: int | None = None,
+        success_criteria: list[str] | None = None,
+        deadlines: dict[str, int] | None = None,
+        proposal_id: str | None = None,
+        timeout: float | None = None,
+    ) -> str:
+        payload = create_payload(
+            machine,
+            max_retries=max_retries,
+            success_criteria=success_criteria,
+            deadlines=deadlines,
+        )
+        return await self.propose(
+            run_id, "create", payload=payload, proposal_id=proposal_id, timeout=timeout
+        )
+
+    async def heartbeat(self, run_id: str, *, timeout: float | None = None) -> str:
+        """A sign of life for a running run; its answer is a `Heartbeat`."""
+        return await self.propose(run_id, "heartbeat", timeout=timeout)
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Wait until every proposal sent is delivered; `Unavailable` when one could not
+        be, or not within `timeout`."""
+        timeout = self.timeout if timeout is None else timeout
+        pending = list(self._pending)
+        if pending:
+            _, left = await asyncio.wait(pending, timeout=timeout)
+            if left:
+                raise unavailable(
+                    self.settings,
+                    f"delivering proposals ({len(left)} not delivered)",
+                    timeout,
+                    "timed out",
+                )
+        if self._delivery_error is not None:
+            error, self._delivery_error = self._delivery_error, None
+            raise unavailable(self.settings, "delivering a proposal", timeout, error)
+
+    # -- outcomes --------------------------------------------------------------
+    async def wait(self, proposal_id: str, timeout: float | None = None) -> Outcome:
+        """The proposal's outcome, once; for a retry of a committed proposal, the
+        transition it committed then. `Timeout` when none came in time."""
+        deadline = Deadline(self.timeout if timeout is None else timeout)
+        outcome = await self.outcomes.wait(proposal_id, deadline.left())
+        original = duplicate_of(outcome)
+        if original is None:
+            return outcome
+        found = await self.transition(*original, timeout=max(1.0, deadline.left()))
+        return outcome if found is None else found
+
+    async def propose_and_wait(
+        self,
+        run_id: str,
+        event: str,
+        *,
+        timeout: float | None = None,
+        raise_on_rejection: bool = False,
+        **kw: Any,
+    ) -> Outcome:
+        """Propose and wait for the outcome, all within `timeout`. With
+        `raise_on_rejection`, a `Rejection` is raised as `Rejected`."""
+        deadline = Deadline(self.timeout if timeout is None else timeout)
+        record = proposal_record(self.topics, self.signing_key, run_id, event, **kw)
+        return await self._deliver_and_wait(record, deadline, raise_on_rejection)
+
+    async def create_and_wait(
+        self,
+        run_id: str,
+        machine: str,
+        *,
+        timeout: float | None = None,
+        raise_on_rejection: bool = False,
+        proposal_id: str | None = None,
+        **options: Any,
+    ) -> Outcome:
+        deadline = Deadline(self.timeout if timeout is None else timeout)
+        record = proposal_record(
+            self.topics,
+            self.signing_key,
+            run_id,
+            "create",
+            payload=create_payload(machine, **options),
+            proposal_id=proposal_id,
+        )
+        return await self._deliver_and_wait(record, deadline, raise_on_rejection)
+
+    async def _deliver_and_wait(
+        self, record: ProposalRecord, deadline: Deadline, raise_on_rejection: bool
+    ) -> Outcome:
+        delivered = await self._send(record, deadline)
+        try:
+            await asyncio.wait_for(asyncio.shield(delivered), deadline.left())
+        except TimeoutError:
+            raise unavailable(
+                self.settings, "delivering the proposal", deadline.timeout, "timed out"
+            ) from None
+        except KafkaException as exc:
+            raise unavailable(
+                self.settings, "delivering the proposal", deadline.timeout, exc
+            ) from exc
+        outcome = await self.wait(record.proposal_id, deadline.left())
+        return Rejected.raise_for(outcome) if raise_on_rejection else outcome
+
+    async def transition(
+        self, run_id: str, transition_id: str, timeout: float = 30.0
+    ) -> Transition | None:
+        """A committed transition of the run, by id (see `RunstateClient.transition`)."""
+        partitions = await self.outcomes.partitions(timeout)
+        return await asyncio.to_thread(
+            committed_transition,
+            self.reader,
+            self.settings,
+            self.topics,
+            partitions,
+            run_id,
+            transition_id,
+            timeout,
+        )
+
+    # -- reads -----------------------------------------------------------------
+    async def snapshot(self, run_id: str) -> RunSnapshot | None:
+        """The run's committed snapshot, from the owning worker (None: no such run)."""
+        return await asyncio.to_thread(self.reader.snapshot, run_id)
+
+    get = snapshot
+
+    async def history(self, run_id: str) -> list[Transition]:
+        return await asyncio.to_thread(self.reader.history, run_id)
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Deliver what was sent (within `timeout`), then stop."""
+        timeout = self.timeout if timeout is None else timeout
+        if self._pending:
+            await asyncio.wait(list(self._pending), timeout=timeout)
+        if self._deliveries is not None:
+            self._deliveries.close()
+        if self._waiter is not None:
+            await self._waiter.close()
+        self._producer = self._deliveries = self._waiter = None

@@ -1,0 +1,45 @@
+"""What the SDK raises, each saying what to do next.
+
+`OutcomeTimeout` is kept for code written before these types: `Timeout` is one, so
+`except OutcomeTimeout` still catches every timeout the SDK raises.
+"""
+
+from schemas.codes import RejectionCode
+from schemas.messages import Heartbeat, Rejection, Transition
+
+
+class OutcomeTimeout(TimeoutError):
+    """No outcome arrived in time; the proposal may still be decided later."""
+
+
+class Timeout(OutcomeTimeout):
+    """No outcome arrived within the caller's timeout. The proposal was delivered and
+    may still be decided: wait again, or send it again with the same proposal id (a
+    retry of a committed proposal is answered with the original transition)."""
+
+
+class Unavailable(ConnectionError):
+    """Kafka (or every given worker URL) could not be reached, or a proposal could not
+    be delivered, within the caller's timeout. The proposal may or may not have been
+    delivered: send it again with the same proposal id, which is safe."""
+
+
+class Rejected(Exception):
+    """A proposal was refused: `rejection` is the `Rejection` the worker published,
+    `code` and `detail` its reason."""
+
+    def __init__(self, rejection: Rejection) -> None:
+        self.rejection = rejection
+        self.code: RejectionCode = rejection.code
+        self.detail: str = rejection.detail
+        super().__init__(
+            f"proposal '{rejection.proposal_id}' rejected: {self.code.value}: {self.detail}"
+        )
+
+    @staticmethod
+    def raise_for(outcome: "Transition | Heartbeat | Rejection") -> "Transition | Heartbeat":
+        """The outcome when it is a `Transition` or a `Heartbeat`; `Rejected` when it
+        is a `Rejection`."""
+        if isinstance(outcome, Rejection):
+            raise Rejected(outcome)
+        return outcome

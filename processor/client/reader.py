@@ -1,0 +1,89 @@
+"""Reads committed runs from the workers' HTTP API (blocking; the asyncio client calls it
+in a thread)."""
+
+import json
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable
+from typing import Any
+
+from processor.http_auth import CLIENT_TOKEN_ENV, bearer
+from schemas.messages import RunSnapshot, Transition
+
+from .errors import Unavailable
+
+
+class RunReader:
+    """Reads committed runs from the workers' HTTP API; the owning worker answers. It
+    sends `http_token` (default: RUNSTATE_HTTP_TOKEN) to the workers, which ask for one
+    when they have tokens configured. `Unavailable` when no given worker could be
+    reached at all; `LookupError` when they answered but none could serve the read."""
+
+    def __init__(
+        self, worker_urls: Iterable[str], *, http_token: str | None = None, timeout: float = 10.0
+    ) -> None:
+        self._worker_urls = [u.rstrip("/") for u in worker_urls]
+        self._headers = bearer(http_token or os.environ.get(CLIENT_TOKEN_ENV))
+        self.timeout = timeout
+
+    def _get(self, path: str, timeout: float | None = None) -> Any:
+        if not self._worker_urls:
+            raise ValueError("no worker URL given (worker_urls=..., RUNSTATE_WORKER_URL)")
+        errors = []
+        unreachable = 0
+        for base in self._worker_urls:
+            try:
+                request = urllib.request.Request(base + path, headers=self._headers)
+                with urllib.request.urlopen(request, timeout=timeout or self.timeout) as response:
+                    return json.loads(response.read())
+            except urllib.error.HTTPError as exc:
+                if exc.code == 404:
+                    return None
+                if exc.code == 401:
+                    errors.append(f"{base}: 401, {self._unauthorized()}")
+                    continue
+                errors.append(f"{base}: {exc.code}")  # 421: another worker owns it
+            except OSError as exc:
+                unreachable += 1
+                errors.append(f"{base}: {exc}")
+        if unreachable == len(self._worker_urls):
+            raise Unavailable(
+                f"no worker could be reached for {path}: {'; '.join(errors)}; are the "
+                "workers running, with --http-port, at these URLs (worker_urls=, "
+                "RUNSTATE_WORKER_URL)?"
+            )
+        raise LookupError(f"no worker could answer {path}: {'; '.join(errors)}")
+
+    def _unauthorized(self) -> str:
+        if not self._headers:
+            return f"the worker wants a token: set {CLIENT_TOKEN_ENV} (http_token=, --http-token)"
+        return "the worker does not accept the token sent: is it a current one?"
+
+    def snapshot(self, run_id: str, timeout: float | None = None) -> RunSnapshot | None:
+        """The run's committed snapshot, from whichever given worker owns it."""
+        data = self._get(f"/runs/{urllib.parse.quote(run_id, safe='')}", timeout)
+        return None if data is None else RunSnapshot.model_validate_json(json.dumps(data))
+
+    def history(self, run_id: str, timeout: float | None = None) -> list[Transition]:
+        data = self._get(f"/runs/{urllib.parse.quote(run_id, safe='')}/history", timeout) or []
+        return [Transition.model_validate_json(json.dumps(t)) for t in data]
+
+    def runs_in_state(
+        self, state: str, machine: str | None = None, limit: int = 100, after: str | None = None
+    ) -> dict[str, Any]:
+        """One page of runs in `state` across the cluster, longest there first:
+        {"runs": [...], "next": cursor or None, "missing_partitions": [...]}."""
+        params = {"state": state, "limit": str(limit)}
+        if machine is not None:
+            params["machine"] = machine
+        if after is not None:
+            params["after"] = after
+        result: dict[str, Any] = self._get("/runs?" + urllib.parse.urlencode(params))
+        return result
+
+    def stats(self) -> dict[str, Any]:
+        """Runs per machine and state across the cluster, with the oldest entry in each."""
+        result: dict[str, Any] = self._get("/stats")
+        return result

@@ -1,0 +1,323 @@
+"""`RunstateClient`: the blocking face of the SDK (a producer, a scoped outcome waiter
+on a thread, the workers' HTTP API)."""
+
+import threading
+import time
+from collections.abc import Iterable
+from types import TracebackType
+from typing import Any
+
+from confluent_kafka import KafkaException, Producer
+
+from processor.config import KafkaSettings
+from processor.keyring import SigningKey
+from processor.topics import TopicNames
+from schemas.messages import RunSnapshot, Transition
+
+from .core import (
+    MAX_UNCLAIMED,
+    Deadline,
+    Outcome,
+    ProposalRecord,
+    create_payload,
+    duplicate_of,
+    producer_config,
+    proposal_record,
+    raw_proposal_id,
+    unavailable,
+)
+from .errors import Rejected
+from .lookup import committed_transition
+from .reader import RunReader
+from .waiter import OutcomeWaiter
+
+
+class RunstateClient:
+    """Create runs, propose (signed), wait for outcomes, read snapshots; blocking.
+
+    Every call that talks to Kafka returns or raises within its `timeout` (default: the
+    client's `timeout`, 30 s): `Unavailable` when the broker cannot be reached or a
+    proposal not delivered, `Timeout` when no outcome came."""
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        topics: TopicNames,
+        *,
+        signing_key: SigningKey | None = None,
+        key_id: str | None = None,
+        secret: str | None = None,
+        worker_urls: Iterable[str] = (),
+        http_token: str | None = None,
+        timeout: float = 30.0,
+        max_unclaimed: int = MAX_UNCLAIMED,
+    ) -> None:
+        """Sign with `signing_key` (an Ed25519 or HMAC key, `runstate keys add` writes
+        one), or with the HMAC key `key_id` whose shared secret is `secret`."""
+        self.settings = settings
+        self.topics = topics
+        if signing_key is None:
+            if key_id is None or secret is None:
+                raise ValueError("give signing_key, or key_id and secret (an HMAC key)")
+            signing_key = SigningKey.hmac(key_id, secret)
+        self.signing_key = signing_key
+        self.timeout = timeout
+        self.max_unclaimed = max_unclaimed
+        # Sent to worker_urls only (default: RUNSTATE_HTTP_TOKEN); Kafka never sees it.
+        self.reader = RunReader(worker_urls, http_token=http_token, timeout=min(timeout, 10.0))
+        self._producer = Producer(producer_config(settings, timeout))
+        self._scoped: OutcomeWaiter | None = None
+        self._all: OutcomeWaiter | None = None
+        self._lock = threading.Lock()
+        self._delivery_error: Exception | None = None
+
+    def __enter__(self) -> "RunstateClient":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- proposing -------------------------------------------------------------
+    def propose(
+        self,
+        run_id: str,
+        event: str,
+        *,
+        payload: dict[str, Any] | None = None,
+        reason: str | None = None,
+        expected_revision: int | None = None,
+        metadata: dict[str, Any] | None = None,
+        proposal_id: str | None = None,
+        timeout: float | None = None,
+    ) -> str:
+        """Send a signed proposal; returns its proposal id (give one to retry safely).
+        Its outcome is registered for `wait()` before it is sent, so it is never missed.
+        """
+        record = proposal_record(
+            self.topics,
+            self.signing_key,
+            run_id,
+            event,
+            payload=payload,
+            reason=reason,
+            expected_revision=expected_revision,
+            metadata=metadata,
+            proposal_id=proposal_id,
+        )
+        self._send(record, Deadline(self.timeout if timeout is None else timeout))
+        return record.proposal_id
+
+    def _send(self, record: ProposalRecord, deadline: Deadline) -> None:
+        self._expect(record.key, record.proposal_id, deadline)
+        self._produce(record.key, record.value, record.headers)
+
+    def _expect(self, key: bytes, proposal_id: str, deadline: Deadline) -> None:
+        if self._all is not None:
+            self._all.expect(key, proposal_id, deadline.left())
+        else:
+            self._scoped_waiter().expect(key, proposal_id, max(0.1, deadline.left()))
+
+    def send_raw(
+        self,
+        key: bytes | None,
+        value: bytes,
+        headers: list[tuple[str, str | bytes | None]] | None = None,
+    ) -> None:
+        """Produce bytes to the proposals topic, signed unless `headers` are given.
+
+        It never waits on the broker, so it pins no partition: when the bytes hold a
+        proposal id and this client already follows the key's partition (it proposed
+        for a run there), `wait()` gets its outcome as after `propose`; else start
+        `waiter()` before sending, to wait for it."""
+        if headers is None:
+            headers = self.signing_key.headers(
+                self.topics.proposals, key, value, int(time.time() * 1000)
+            )
+        proposal_id = raw_proposal_id(value)
+        waiter = self._all or self._scoped
+        if key is not None and proposal_id is not None and waiter is not None:
+            waiter.expect_if_followed(key, proposal_id)
+        self._produce(key, value, headers)
+
+    def _produce(
+        self, key: bytes | None, value: bytes, headers: list[tuple[str, str | bytes | None]]
+    ) -> None:
+        while True:
+            try:
+                self._producer.produce(
+                    self.topics.proposals,
+                    key=key,
+                    value=value,
+                    headers=headers,
+                    on_delivery=self._on_delivery,
+                )
+                break
+            except BufferError:
+                self._producer.poll(0.05)
+        self._producer.poll(0)
+
+    def _on_delivery(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self._delivery_error = KafkaException(err)
+
+    def create(
+        self,
+        run_id: str,
+        machine: str,
+        *,
+        max_retries: int | None = None,
+        success_criteria: list[str] | None = None,
+        deadlines: dict[str, int] | None = None,
+        proposal_id: str | None = None,
+        timeout: float | None = None,
+    ) -> str:
+        payload = create_payload(
+            machine,
+            max_retries=max_retries,
+            success_criteria=success_criteria,
+            deadlines=deadlines,
+        )
+        return self.propose(
+            run_id, "create", payload=payload, proposal_id=proposal_id, timeout=timeout
+        )
+
+    def heartbeat(self, run_id: str, *, timeout: float | None = None) -> str:
+        """A sign of life for a running run: pushes its heartbeat deadline back. Not a
+        transition: the run's revision stays; its answer is a `Heartbeat`."""
+        return self.propose(run_id, "heartbeat", timeout=timeout)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every proposal sent is delivered; `Unavailable` when one could not
+        be, or not within `timeout`."""
+        timeout = self.timeout if timeout is None else timeout
+        left = self._producer.flush(timeout)
+        if self._delivery_error is not None:
+            error, self._delivery_error = self._delivery_error, None
+            raise unavailable(self.settings, "delivering a proposal", timeout, error)
+        if left:
+            raise unavailable(
+                self.settings, f"delivering proposals ({left} not delivered)", timeout, "timed out"
+            )
+
+    # -- outcomes --------------------------------------------------------------
+    def _scoped_waiter(self) -> OutcomeWaiter:
+        with self._lock:
+            if self._scoped is None:
+                self._scoped = OutcomeWaiter(
+                    self.settings,
+                    self.topics,
+                    follow_all=False,
+                    max_unclaimed=self.max_unclaimed,
+                    timeout=self.timeout,
+                )
+            return self._scoped
+
+    @property
+    def outcomes(self) -> OutcomeWaiter:
+        """The client's scoped waiter (what it follows and keeps)."""
+        return self._scoped_waiter()
+
+    def waiter(self) -> OutcomeWaiter:
+        """A waiter that follows every partition of the output topics from now on, for
+        tools and tests waiting for proposals others send (`send_raw`, other clients).
+        An agent does not need it: `propose` registers its own proposals."""
+        with self._lock:
+            if self._all is None:
+                self._all = OutcomeWaiter(
+                    self.settings,
+                    self.topics,
+                    max_unclaimed=self.max_unclaimed,
+                    timeout=self.timeout,
+                )
+            return self._all
+
+    def wait(self, proposal_id: str, timeout: float | None = None) -> Outcome:
+        """The proposal's outcome, once; for a proposal id the run committed before (a
+        retry), the transition it committed then. `Timeout` when none came in time."""
+        timeout = self.timeout if timeout is None else timeout
+        deadline = Deadline(timeout)
+        scoped = self._scoped
+        if scoped is not None and scoped.expecting(proposal_id):
+            outcome = scoped.wait(proposal_id, timeout)
+        elif self._all is not None:
+            outcome = self._all.wait(proposal_id, timeout)
+        else:
+            outcome = self._scoped_waiter().wait(proposal_id, timeout)
+        return self._resolved(outcome, max(1.0, deadline.left()))
+
+    def propose_and_wait(
+        self,
+        run_id: str,
+        event: str,
+        *,
+        timeout: float | None = None,
+        raise_on_rejection: bool = False,
+        **kw: Any,
+    ) -> Outcome:
+        """Propose and wait for the outcome, all within `timeout`. With
+        `raise_on_rejection`, a `Rejection` is raised as `Rejected`."""
+        deadline = Deadline(self.timeout if timeout is None else timeout)
+        proposal_id = self.propose(run_id, event, timeout=deadline.left(), **kw)
+        return self._deliver_and_wait(proposal_id, deadline, raise_on_rejection)
+
+    def create_and_wait(
+        self,
+        run_id: str,
+        machine: str,
+        *,
+        timeout: float | None = None,
+        raise_on_rejection: bool = False,
+        **kw: Any,
+    ) -> Outcome:
+        deadline = Deadline(self.timeout if timeout is None else timeout)
+        proposal_id = self.create(run_id, machine, timeout=deadline.left(), **kw)
+        return self._deliver_and_wait(proposal_id, deadline, raise_on_rejection)
+
+    def _deliver_and_wait(
+        self, proposal_id: str, deadline: Deadline, raise_on_rejection: bool
+    ) -> Outcome:
+        self.flush(deadline.left())
+        outcome = self.wait(proposal_id, deadline.left())
+        return Rejected.raise_for(outcome) if raise_on_rejection else outcome
+
+    def _resolved(self, outcome: Outcome, timeout: float) -> Outcome:
+        """A `duplicate` (the proposal id was committed before) as the transition it
+        names, so a retry gets the answer the first attempt got."""
+        original = duplicate_of(outcome)
+        if original is None:
+            return outcome
+        found = self.transition(*original, timeout=timeout)
+        return outcome if found is None else found
+
+    def transition(
+        self, run_id: str, transition_id: str, timeout: float = 30.0
+    ) -> Transition | None:
+        """A committed transition of the run, by id: from a worker's API when given
+        worker URLs, else from the run's partition of the transitions topic."""
+        partitions = self._scoped_waiter().partitions(timeout)
+        return committed_transition(
+            self.reader, self.settings, self.topics, partitions, run_id, transition_id, timeout
+        )
+
+    # -- reads -----------------------------------------------------------------
+    def snapshot(self, run_id: str) -> RunSnapshot | None:
+        """The run's committed snapshot, from the owning worker (None: no such run)."""
+        return self.reader.snapshot(run_id)
+
+    get = snapshot
+
+    def history(self, run_id: str) -> list[Transition]:
+        return self.reader.history(run_id)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Deliver what was sent (within `timeout`), then stop following outcomes."""
+        self._producer.flush(self.timeout if timeout is None else timeout)
+        for waiter in (self._scoped, self._all):
+            if waiter is not None:
+                waiter.close()
+        self._scoped = self._all = None

@@ -1,0 +1,218 @@
+"""The SDK on a real broker: the asyncio client under 100 concurrent agents, an answer
+faster than `wait()`, a dead broker, the resend of a committed proposal, and what the
+waiter keeps. One worker serves the module (3 partitions)."""
+
+import asyncio
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+
+from processor.client import (
+    AsyncRunstateClient,
+    KafkaSettings,
+    Rejected,
+    Rejection,
+    RejectionCode,
+    RunstateClient,
+    Transition,
+    Unavailable,
+)
+from processor.partitioning import partition_for
+from processor.topics import TopicNames, create_topics, plan_topics
+from tests.integration.harness import Env, WorkerProcess, make_env
+
+M = "task_lifecycle"
+DEAD = "127.0.0.1:1"  # nobody listens there
+
+
+@pytest.fixture(scope="module")
+def served(
+    kafka_bootstrap: str, admin: AdminClient, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Env, WorkerProcess]]:
+    topics = TopicNames.with_prefix(f"t-{uuid.uuid4().hex[:10]}.")
+    create_topics(admin, plan_topics(topics, partitions=3, replication=1))
+    env = make_env(kafka_bootstrap, topics, tmp_path_factory.mktemp("sdk"))
+    worker = WorkerProcess(env, env.tmp / "w1")
+    try:
+        worker.wait_ready(partitions=3)
+        yield env, worker
+    finally:
+        worker.terminate()
+
+
+def _async_client(env: Env, worker_urls: tuple[str, ...] = ()) -> AsyncRunstateClient:
+    return AsyncRunstateClient(
+        KafkaSettings(env.bootstrap),
+        env.topics,
+        signing_key=env.signing_key("runtime"),
+        worker_urls=worker_urls,
+    )
+
+
+def _run(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def test_a_hundred_asyncio_agents_share_one_client(served: tuple[Env, WorkerProcess]) -> None:
+    """One AsyncRunstateClient shared by 100 agent tasks: each creates its run, starts
+    it, and sends an event its machine does not have; every outcome is its own."""
+    env, _ = served
+
+    async def agent(client: AsyncRunstateClient, n: int) -> None:
+        run_id = f"agent-{n}-{uuid.uuid4().hex[:6]}"
+        created = await client.create_and_wait(run_id, M, timeout=30)
+        assert isinstance(created, Transition) and created.run_id == run_id, created
+        assert created.to_state == "planned"
+        started = await client.propose_and_wait(run_id, "start", timeout=30)
+        assert isinstance(started, Transition), started
+        assert (started.run_id, started.revision, started.to_state) == (run_id, 1, "running")
+        with pytest.raises(Rejected) as refused:
+            await client.propose_and_wait(run_id, "no_such_event", raise_on_rejection=True)
+        assert refused.value.code is RejectionCode.UNKNOWN_EVENT
+        assert refused.value.rejection.run_id == run_id
+
+    async def main() -> float:
+        began = time.monotonic()
+        async with _async_client(env) as client:
+            await asyncio.gather(*(agent(client, n) for n in range(100)))
+            assert client.outcomes.kept() == 0  # every outcome handed over and forgotten
+        return time.monotonic() - began
+
+    took = asyncio.run(main())
+    assert took < 60, took
+
+
+def test_an_answer_faster_than_wait_is_not_missed(served: tuple[Env, WorkerProcess]) -> None:
+    env, worker = served
+    run_id = _run("fast")
+    with env.client() as client:
+        pid = client.create(run_id, M)
+        client.flush()
+        deadline = time.monotonic() + 30
+        while worker.snapshot(run_id) is None:  # the worker has answered
+            assert time.monotonic() < deadline, "the worker did not create the run"
+            time.sleep(0.05)
+        time.sleep(0.5)  # and the answer is in the topic, read or not
+        outcome = client.wait(pid, timeout=10)
+        assert isinstance(outcome, Transition) and outcome.proposal_id == pid
+
+    async def main() -> None:
+        async with _async_client(env) as client:
+            pid = await client.propose(run_id, "start")
+            await client.flush()
+            deadline = time.monotonic() + 30
+            while (snap := worker.snapshot(run_id)) is None or snap.revision < 1:
+                assert time.monotonic() < deadline, "the worker did not start the run"
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)
+            started = await client.wait(pid, timeout=10)
+            assert isinstance(started, Transition) and started.to_state == "running"
+
+    asyncio.run(main())
+
+
+def test_a_dead_broker_is_unavailable_within_the_timeout(tmp_path: Path) -> None:
+    """Nobody listens at the bootstrap address: `Unavailable` within the call's timeout
+    (never librdkafka's own exception, never its 30 s and more)."""
+    topics = TopicNames.with_prefix("dead.")
+    key = make_env(DEAD, topics, tmp_path).signing_key("runtime")
+    began = time.monotonic()
+    with pytest.raises(Unavailable, match=re.escape(DEAD)):
+        client = RunstateClient(KafkaSettings(DEAD), topics, signing_key=key, timeout=3)
+        try:
+            client.propose_and_wait("r1", "start", timeout=3)
+        finally:
+            client.close(timeout=0.5)
+    assert time.monotonic() - began < 4.5  # the 3 s asked for, and no more than slack
+
+    async def main() -> None:
+        client = AsyncRunstateClient(KafkaSettings(DEAD), topics, signing_key=key, timeout=3)
+        try:
+            await client.create_and_wait("r1", M, timeout=3)
+        finally:
+            await client.close(timeout=0.5)
+
+    began = time.monotonic()
+    with pytest.raises(Unavailable, match=re.escape(DEAD)):
+        asyncio.run(main())
+    assert time.monotonic() - began < 4.5  # the 3 s asked for, and no more than slack
+
+
+def test_a_resent_committed_proposal_returns_the_original_transition(
+    served: tuple[Env, WorkerProcess],
+) -> None:
+    env, worker = served
+    run_id, pid = _run("resend"), f"create-{uuid.uuid4().hex}"
+    with env.client() as client:
+        first = client.create_and_wait(run_id, M, proposal_id=pid, timeout=30)
+        assert isinstance(first, Transition), first
+        again = client.create_and_wait(run_id, M, proposal_id=pid, timeout=30)
+        assert again == first  # not the `duplicate` rejection: the original transition
+
+    async def main() -> None:
+        # through a worker URL this time (the sync client above read the partition)
+        async with _async_client(env, worker_urls=(worker.url,)) as client:
+            again = await client.create_and_wait(run_id, M, proposal_id=pid, timeout=30)
+            assert again == first
+            plain = await client.create_and_wait(run_id, M, timeout=30)  # a new id
+            assert isinstance(plain, Rejection) and plain.code is RejectionCode.RUN_EXISTS
+
+    asyncio.run(main())
+
+
+def test_the_waiter_keeps_only_what_its_client_waits_for(
+    served: tuple[Env, WorkerProcess],
+) -> None:
+    """Another client's 300 runs pass through every partition; this client's waiter
+    follows only its run's partitions and keeps none of their outcomes."""
+    env, _ = served
+    mine = _run("mine")
+    with env.client() as client, env.client() as others:
+        created = client.create_and_wait(mine, M, timeout=30)
+        assert isinstance(created, Transition)
+        waiter = client.outcomes
+        assert len(waiter.followed()) == 3  # one partition of each output topic
+        assert {p for _, p in waiter.followed()} == {created_partition(client, mine)}
+
+        pids = [others.create(_run("other"), M) for _ in range(300)]
+        others.flush()
+        for pid in pids[-20:]:
+            others.wait(pid, timeout=30)
+        unclaimed = client.propose(mine, "start")  # registered, never waited for here
+        deadline = time.monotonic() + 20
+        while waiter.kept() < 1 or waiter.read < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(1.0)  # the others' outcomes in this partition have been read by now
+        assert waiter.kept() == 1  # only the unclaimed outcome of its own proposal
+        assert waiter.dropped() > 0  # the others' outcomes of the same partition
+        assert waiter.read - waiter.dropped() == 2  # its create, and the unclaimed start
+        assert waiter.read < 300  # the other partitions were never read
+        assert isinstance(client.wait(unclaimed, timeout=5), Transition)
+        assert waiter.kept() == 0
+
+
+def test_unclaimed_outcomes_are_bounded(served: tuple[Env, WorkerProcess]) -> None:
+    env, _ = served
+    client = RunstateClient(
+        KafkaSettings(env.bootstrap),
+        env.topics,
+        signing_key=env.signing_key("runtime"),
+        max_unclaimed=5,
+    )
+    with client:
+        pids = [client.create(_run("lru"), M) for _ in range(20)]
+        client.flush()
+        assert client.outcomes.kept() == 5
+        assert isinstance(client.wait(pids[-1], timeout=30), Transition)
+        with pytest.raises(LookupError, match="max_unclaimed"):
+            client.wait(pids[0], timeout=1)
+
+
+def created_partition(client: RunstateClient, run_id: str) -> int:
+    return partition_for(run_id, client.outcomes.partitions())

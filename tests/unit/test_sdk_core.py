@@ -1,0 +1,150 @@
+"""The SDK's core without a broker: the outcome book, proposal records, duplicates, the
+errors; and that a strictly typed agent type-checks against the SDK alone."""
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from processor.client import (
+    Heartbeat,
+    OutcomeBook,
+    OutcomeTimeout,
+    Rejected,
+    Rejection,
+    RejectionCode,
+    SigningKey,
+    Timeout,
+    TopicNames,
+    Transition,
+)
+from processor.client.core import (
+    answering_partitions,
+    create_payload,
+    duplicate_of,
+    proposal_record,
+    raw_proposal_id,
+)
+from processor.partitioning import partition_for
+from schemas.messages import Principal, Proposal
+
+ROOT = Path(__file__).resolve().parents[2]
+TOPICS = TopicNames.with_prefix("t.")
+
+
+def _transition(pid: str, run_id: str = "r1", revision: int = 0) -> Transition:
+    return Transition(
+        transition_id=f"{run_id}:{revision}",
+        run_id=run_id,
+        machine="task_lifecycle",
+        revision=revision,
+        from_state=None,
+        to_state="planned",
+        event="create",
+        proposal_id=pid,
+        principal=Principal(source="runtime", authority="runtime"),
+        at_ms=1,
+    )
+
+
+def _rejection(pid: str, code: RejectionCode, original: str | None = None) -> Rejection:
+    return Rejection(
+        code=code,
+        detail="why",
+        proposal_id=pid,
+        run_id="r1",
+        original_transition_id=original,
+        at_ms=1,
+    )
+
+
+def test_the_book_keeps_registered_outcomes_only_and_hands_each_over_once() -> None:
+    book = OutcomeBook()
+    assert not book.offer(_transition("someone-else"))
+    assert book.dropped == 1 and len(book) == 0
+    book.expect("mine")
+    assert book.take("mine") is None  # registered, nothing arrived yet
+    first = _transition("mine")
+    assert book.offer(first)
+    assert book.offer(_rejection("mine", RejectionCode.DUPLICATE, "r1:0"))  # first one wins
+    assert book.take("mine") == first
+    assert book.take("mine") is None and not book.expecting("mine") and len(book) == 0
+
+
+def test_the_book_forgets_the_oldest_past_its_capacity() -> None:
+    book = OutcomeBook(capacity=3)
+    for n in range(5):
+        book.expect(f"p{n}")
+    assert len(book) == 3 and book.forgotten == 2
+    assert not book.expecting("p0") and book.expecting("p4")
+    everything = OutcomeBook(capacity=2, keep_all=True)  # a waiter of every partition
+    for n in range(4):
+        assert everything.offer(_transition(f"q{n}"))
+    assert len(everything) == 2 and everything.take("q3") is not None
+
+
+def test_a_proposal_record_is_keyed_by_run_and_signed_over_what_is_sent() -> None:
+    key = SigningKey.hmac("runtime", "a-shared-secret-of-32-characters")
+    record = proposal_record(
+        TOPICS, key, "run-1", "start", reason="because", proposal_id="p-1", now_ms=1_000
+    )
+    assert record.key == b"run-1" and record.proposal_id == "p-1"
+    proposal = Proposal.model_validate_json(record.value)
+    assert (proposal.run_id, proposal.event, proposal.reason) == ("run-1", "start", "because")
+    assert record.headers == key.headers(TOPICS.proposals, b"run-1", record.value, 1_000)
+    assert proposal_record(TOPICS, key, "run-1", "start").proposal_id != "p-1"  # a fresh id
+    assert create_payload("m", max_retries=2) == {"machine": "m", "options": {"max_retries": 2}}
+
+
+def test_a_run_is_answered_in_its_partition_of_every_output_topic() -> None:
+    p = partition_for("run-1", 6)
+    assert answering_partitions(TOPICS, b"run-1", 6) == [
+        (TOPICS.transitions, p),
+        (TOPICS.rejections, p),
+        (TOPICS.heartbeats, p),
+    ]
+
+
+def test_a_raw_record_names_its_proposal_id_when_it_has_one() -> None:
+    assert raw_proposal_id(b'{"proposal_id": "p-1", "run_id": "r"}') == "p-1"
+    for junk in (b"\x00\xff", b"[1]", b'{"proposal_id": 7}', b"{"):
+        assert raw_proposal_id(junk) is None
+
+
+def test_only_a_duplicate_names_an_original_transition() -> None:
+    assert duplicate_of(_rejection("p", RejectionCode.DUPLICATE, "r1:0")) == ("r1", "r1:0")
+    assert duplicate_of(_rejection("p", RejectionCode.UNKNOWN_EVENT)) is None
+    assert duplicate_of(_transition("p")) is None
+
+
+def test_the_errors() -> None:
+    assert issubclass(Timeout, OutcomeTimeout) and issubclass(Timeout, TimeoutError)
+    refused = _rejection("p", RejectionCode.UNKNOWN_EVENT)
+    with pytest.raises(Rejected) as caught:
+        Rejected.raise_for(refused)
+    assert caught.value.rejection is refused and caught.value.code is RejectionCode.UNKNOWN_EVENT
+    assert caught.value.detail == "why"
+    committed = _transition("p")
+    assert Rejected.raise_for(committed) is committed
+    assert Heartbeat  # re-exported for agents, with the other messages
+
+
+def test_a_strictly_typed_agent_type_checks_against_the_sdk() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "tests/sdk_agent.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_sdk_ships_its_type_information() -> None:
+    assert (ROOT / "processor" / "client" / "py.typed").exists()
+    package_data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"
+    ]
+    assert "py.typed" in package_data["processor.client"]
