@@ -121,7 +121,9 @@ class Feeder(threading.Thread):
         self.error: BaseException | None = None
 
     def run(self) -> None:
-        client = self.env.client()
+        # Deliveries outlast a broker restart (librdkafka's own default, 300 s): the
+        # scenario, not the feeder, decides what a lost record is.
+        client = self.env.client(timeout=300)
         try:
             started = time.monotonic()
             for n, record in enumerate(self.records):

@@ -40,9 +40,12 @@ class Env:
     tmp: Path
     group_id: str = field(default_factory=lambda: f"g-{uuid.uuid4().hex[:8]}")
 
-    def client(self, key_id: str = "runtime") -> RunstateClient:
+    def client(self, key_id: str = "runtime", timeout: float = 30.0) -> RunstateClient:
         return RunstateClient(
-            KafkaSettings(self.bootstrap), self.topics, signing_key=self.signing_key(key_id)
+            KafkaSettings(self.bootstrap),
+            self.topics,
+            signing_key=self.signing_key(key_id),
+            timeout=timeout,
         )
 
     def signing_key(self, key_id: str) -> SigningKey:
