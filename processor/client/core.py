@@ -10,10 +10,12 @@ import json
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from processor.config import KafkaSettings
+from processor.engine.machine import Machine
 from processor.keyring import SigningKey
 from processor.partitioning import murmur2
 from processor.topics import TopicNames
@@ -254,3 +256,13 @@ class Deadline:
 
     def left(self) -> float:
         return max(0.0, self._end - time.monotonic())
+
+
+def catalog(machines: Mapping[str, Machine] | None) -> Mapping[str, Machine]:
+    """The machines a resume view or a continuation is read against: those given (the
+    workers' own, with versions), else the built-in ones (loaded only when asked)."""
+    if machines is not None:
+        return machines
+    from processor.machines import builtin_machines
+
+    return builtin_machines()

@@ -3,14 +3,16 @@ on a thread, the workers' HTTP API)."""
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
 from confluent_kafka import KafkaException, Producer
 
 from processor.config import KafkaSettings
+from processor.engine.machine import Machine
 from processor.keyring import SigningKey
+from processor.resume import ResumeView, continuation_payload, resume_view
 from processor.topics import TopicNames
 from schemas.messages import RunSnapshot, Transition
 
@@ -19,6 +21,7 @@ from .core import (
     Deadline,
     Outcome,
     ProposalRecord,
+    catalog,
     create_payload,
     duplicate_of,
     producer_config,
@@ -310,6 +313,43 @@ class RunstateClient:
         return self.reader.snapshot(run_id)
 
     get = snapshot
+
+    def resume(
+        self, run_id: str, machines: Mapping[str, Machine] | None = None
+    ) -> ResumeView | None:
+        """What a restarted agent rebuilds its context from (None: no such run): the
+        run's state, completed steps with results, steps left `executing` (outcome
+        unknown: check before redoing), failed steps, checkpoint data, pending deadlines
+        and the events it may send next. `machines`: the workers' catalog (default: the
+        built-in machines)."""
+        snapshot = self.snapshot(run_id)
+        if snapshot is None:
+            return None
+        return resume_view(snapshot, self.history(run_id), catalog(machines))
+
+    def continue_run(
+        self,
+        run_id: str,
+        predecessor: str,
+        *,
+        machines: Mapping[str, Machine] | None = None,
+        timeout: float | None = None,
+        raise_on_rejection: bool = False,
+    ) -> Outcome:
+        """Create run `run_id` continuing the finished run `predecessor`: a new run at
+        its machine's initial state carrying the predecessor's succeeded steps and its
+        checkpoint, linked to its last transition. Waits for the outcome."""
+        old = self.snapshot(predecessor)
+        if old is None:
+            raise LookupError(f"no run '{predecessor}' to continue")
+        payload = continuation_payload(old, catalog(machines))
+        return self.propose_and_wait(
+            run_id,
+            "create",
+            payload=payload,
+            timeout=timeout,
+            raise_on_rejection=raise_on_rejection,
+        )
 
     def history(self, run_id: str) -> list[Transition]:
         return self.reader.history(run_id)

@@ -74,6 +74,7 @@ def test_an_agent_killed_mid_step_is_resumed_and_its_failed_run_continued(env: E
             "step_started",
         ]
         view = resume_view(snapshot, history, machines)
+        assert client.resume("task-1") == view  # the client's own resume view, the same
         assert (view.state, view.revision, view.finished) == ("running", 5, False)
         assert view.completed["s1"].result == {"rows": 42}
         assert set(view.executing) == {"s2"}
@@ -94,10 +95,9 @@ def test_an_agent_killed_mid_step_is_resumed_and_its_failed_run_continued(env: E
         assert isinstance(failed, Transition) and failed.to_state == "failed"
         old = client.snapshot("task-1")
         assert old is not None and old.state == "failed"
-        created = client.propose_and_wait(
-            "task-2", "create", payload=continuation_payload(old, machines)
-        )
+        created = client.continue_run("task-2", "task-1")
         assert isinstance(created, Transition), created
+        assert created.payload == continuation_payload(old, machines)
         new = client.snapshot("task-2")
         assert new is not None and new.continues is not None
         assert (new.continues.run_id, new.continues.revision) == ("task-1", 6)

@@ -132,8 +132,9 @@ def test_the_errors() -> None:
 
 
 def test_a_strictly_typed_agent_type_checks_against_the_sdk() -> None:
+    """The SDK's own typed agent, and the examples a user copies from."""
     result = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "tests/sdk_agent.py"],
+        [sys.executable, "-m", "mypy", "--strict", "tests/sdk_agent.py", "examples/"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -1,0 +1,71 @@
+"""The examples run as a user runs them, on the real broker."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from processor.keyring import dump_signing_key
+from processor.topics import TopicNames
+from tests.integration.harness import ROOT, Env, WorkerProcess, make_env
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def env(kafka_bootstrap: str, topic_names: TopicNames, tmp_path: Path) -> Env:
+    return make_env(kafka_bootstrap, topic_names, tmp_path)
+
+
+def _agent(env: Env, url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    key = env.tmp / "runtime.key.json"
+    key.write_text(dump_signing_key(env.signing_key("runtime")))
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("RUNSTATE_")}
+    clean.update(
+        RUNSTATE_BOOTSTRAP_SERVERS=env.bootstrap,
+        RUNSTATE_TOPIC_PREFIX=env.topics.proposals.removesuffix("proposals"),
+        RUNSTATE_WORKER_URL=url,
+        RUNSTATE_SIGNING_KEY_FILE=str(key),
+        PYTHONPATH=str(ROOT),
+    )
+    return subprocess.run(
+        [sys.executable, "examples/agent/task_agent.py", *args],
+        cwd=ROOT,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_asyncio_agent_crashes_mid_step_and_resumes_where_it_was(env: Env) -> None:
+    worker = WorkerProcess(env, env.tmp / "w1")
+    try:
+        worker.wait_ready(partitions=3)
+        crashed = _agent(env, worker.url, "order-7", "--crash-in", "refund")
+        assert crashed.returncode == -9, crashed.stdout + crashed.stderr
+        assert json.loads(crashed.stdout.splitlines()[-1]) == {
+            "event": "crashing",
+            "step": "refund",
+        }
+        resumed = _agent(env, worker.url, "order-7")
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        lines = [json.loads(line) for line in resumed.stdout.splitlines()]
+        assert lines[0] == {
+            "event": "resumed",
+            "run_id": "order-7",
+            "state": "running",
+            "completed": ["validate"],
+            "executing": ["refund"],
+            "checkpoint": ["order", "plan", "validate"],
+        }, lines
+        assert [x.get("step") for x in lines if x["event"] == "step_done"] == ["refund", "notify"]
+        assert lines[-1]["event"] == "completed", lines
+        history = worker.get(worker.run_path("order-7", "/history"))
+        started = [t["payload"]["step"] for t in history if t["event"] == "step_started"]
+        assert started == ["validate", "refund", "refund", "notify"]  # validate ran once
+    finally:
+        assert worker.terminate() == 0, worker.log()
