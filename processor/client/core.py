@@ -103,11 +103,15 @@ def answering_partitions(topics: TopicNames, key: bytes, partitions: int) -> lis
     return [(topic, p) for topic in output_topics(topics)]
 
 
-def raw_proposal_id(value: bytes) -> str | None:
-    """The proposal id in a record's bytes, when they are a JSON object with one."""
+def raw_proposal_id(value: bytes | None) -> str | None:
+    """The proposal id in a record's bytes, when they are a JSON object with one. Any
+    bytes at all: a hostile record (50,000 nested arrays, an integer of 5,000 digits,
+    invalid UTF-8) is None, never an error (the fault harness sends such records)."""
+    if not value:
+        return None
     try:
         data = json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     pid = data.get("proposal_id") if isinstance(data, dict) else None
     return pid if isinstance(pid, str) else None

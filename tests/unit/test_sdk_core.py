@@ -1,12 +1,15 @@
 """The SDK's core without a broker: the outcome book, proposal records, duplicates, the
 errors; and that a strictly typed agent type-checks against the SDK alone."""
 
+import json
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from processor.client import (
     Heartbeat,
@@ -149,3 +152,21 @@ def test_the_sdk_ships_its_type_information() -> None:
         "package-data"
     ]
     assert "py.typed" in package_data["processor.client"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=st.one_of(
+        st.binary(max_size=200),
+        st.sampled_from(
+            [b"[" * 50_000, b"[" * 50_000 + b"]" * 50_000, b'{"a":' * 20_000, b"9" * 5_000]
+        ),
+        st.builds(
+            lambda pid: json.dumps({"proposal_id": pid}).encode(),
+            st.one_of(st.text(max_size=20), st.integers(), st.none()),
+        ),
+    )
+)
+def test_the_proposal_id_of_any_bytes_is_found_or_none_never_an_error(value: bytes) -> None:
+    found = raw_proposal_id(value)
+    assert found is None or isinstance(found, str)
