@@ -365,7 +365,13 @@ def assert_at_least_once_recognisable(plan: list[dict[str, Any]], result: Publis
         copies[t.transition_id].append(t)
         committed[t.proposal_id].add(t.transition_id)
     for transition_id, same in copies.items():
-        assert all(t == same[0] for t in same), f"copies of {transition_id} differ"
+        for t in same[1:]:
+            differ = {
+                name: (getattr(same[0], name), getattr(t, name))
+                for name in type(t).model_fields
+                if getattr(t, name) != getattr(same[0], name)
+            }
+            assert not differ, f"copies of {transition_id} differ: {differ}"
     assert all(len(ids) == 1 for ids in committed.values()), "a proposal committed twice"
     refused: dict[str, set[tuple[str, str]]] = defaultdict(set)
     for r in result.rejections:
