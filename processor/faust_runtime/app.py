@@ -21,6 +21,7 @@ once: each is marked fired in the table and its changelog once its record is del
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, cast
@@ -320,7 +321,7 @@ def build_app(
                         keyring=keyring.current(),
                         machines=config.machines,
                         lookup=looked_up,
-                        seen=partial(committed_by, message.partition),
+                        seen=partial(committed_by, message.partition, looked_up),
                         placement=Placement(message.partition, partitions),
                         max_bytes=config.max_proposal_bytes,
                         max_state_bytes=config.max_state_bytes,
@@ -416,9 +417,24 @@ def build_app(
             if OUTCOMES_LOG.isEnabledFor(logging.WARNING):
                 log_outcomes([outcome])  # acknowledged: INFO per transition, WARNING per rejection
 
-    def committed_by(partition: int, run_id: str, proposal_id: str) -> int | None:
+    def committed_by(
+        partition: int,
+        current: Callable[[str], RunSnapshot | None],
+        run_id: str,
+        proposal_id: str,
+    ) -> int | None:
+        """The revision that committed `proposal_id`, for the run's life. A revision past
+        the run's own is not a commit of it: an outcome's proposal-id record goes to the
+        changelog before its snapshot (not in one transaction), and a crash between the
+        two left the id recorded and the run unmoved. Taken as a commit, the proposal was
+        refused `duplicate` when decided again, the run never took it, and the next
+        proposal got its revision: two different transitions with one id (CI, SIGKILL)."""
         raw = runs.partition_get(partition, proposal_key(run_id, proposal_id))
-        return None if raw is None else int(raw)
+        if raw is None:
+            return None
+        revision = int(raw)
+        run = current(run_id)
+        return revision if run is not None and revision <= run.revision else None
 
     def owned() -> list[int]:
         return sorted(

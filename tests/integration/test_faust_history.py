@@ -5,7 +5,10 @@ import json
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 
+from processor.faust_runtime.table import proposal_key
+from processor.partitioning import partition_for
 from processor.topics import TopicNames
 from schemas.messages import Transition
 from tests.integration.harness import Env, WorkerProcess, make_env, published
@@ -40,3 +43,25 @@ def test_faust_history_is_the_runs_transitions_oldest_first(env: Env) -> None:
     )
     assert [t["revision"] for t in history] == [0, 1, 2]
     assert history == [json.loads(t.model_dump_json()) for t in expected]
+
+    # A crash between an outcome's proposal-id record and its snapshot, staged: the id
+    # of a proposal hist-2 never took (its revision, 2, is past the run's 1) is in the
+    # changelog. A worker restoring from it decides that proposal again, as a commit at
+    # revision 2 (it was refused `duplicate`, and the next proposal took revision 2).
+    stray = Producer({"bootstrap.servers": env.bootstrap})
+    stray.produce(
+        env.topics.changelog,
+        b"2",
+        proposal_key("hist-2", "late-error"),
+        partition=partition_for("hist-2", 3),
+    )
+    assert stray.flush(30) == 0
+    again = WorkerProcess(env, env.tmp / "w2", runtime="faust")
+    client = env.client()
+    try:
+        again.wait_ready(partitions=3)
+        late = client.propose_and_wait("hist-2", "transient_error", proposal_id="late-error")
+        assert isinstance(late, Transition) and late.revision == 2, late
+    finally:
+        client.close()
+        assert again.terminate() == 0, again.log()
