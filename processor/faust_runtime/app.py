@@ -47,7 +47,7 @@ from processor.faust_runtime.timers import DueIndex, TableTimers
 from processor.faust_runtime.transport import Consumer, Transport, Unreadable
 from processor.faust_runtime.web import FaustNode, Web, serve_api
 from processor.keyring import KeyringWatch
-from processor.logs import OUTCOMES_LOG, log_outcomes
+from processor.logs import log_outcomes, logged
 from processor.metrics import MetricsBatch
 from processor.outputs import OutputRecord, Source, dead_letter_record, outcome_records
 from processor.pipeline import DeadLetterReason, Outcome, Placement, decide_record
@@ -414,8 +414,8 @@ def build_app(
             observed = MetricsBatch()
             observed.stage(previous, outcome)
             metrics.committed(observed, time.perf_counter() - sending, 1)
-            if OUTCOMES_LOG.isEnabledFor(logging.WARNING):
-                log_outcomes([outcome])  # acknowledged: INFO per transition, WARNING per rejection
+            if logged(outcome):
+                log_outcomes([outcome])  # acknowledged, at its level (logs.py)
 
     def committed_by(
         partition: int,

@@ -174,11 +174,11 @@ def test_metrics_count_exactly_what_a_known_scenario_did(env: Env, runtime: str)
 
 @pytest.mark.parametrize("runtime", ["native", "faust"])
 def test_json_logs_at_their_levels(env: Env, runtime: str) -> None:
-    """--log-format json: INFO per committed (Faust: acknowledged) transition, WARNING per
+    """--log-format json: DEBUG per committed (Faust: acknowledged) transition, INFO per
     rejection, each a JSON object with the fields a log pipeline indexes; every line the
     worker logs is one (Faust's own too)."""
     worker = WorkerProcess(
-        env, env.tmp / "w1", "--log-format", "json", "--log-level", "info", runtime=runtime
+        env, env.tmp / "w1", "--log-format", "json", "--log-level", "debug", runtime=runtime
     )
     client = env.client()
     try:
@@ -202,8 +202,8 @@ def test_json_logs_at_their_levels(env: Env, runtime: str) -> None:
     assert not [line for line in logged if line.startswith(("[20", "INFO", "WARNING"))]
     outcomes = [line for line in lines if line["logger"] == "runstate.outcomes"]
     assert [(o["level"], o.get("to_state"), o.get("code")) for o in outcomes] == [
-        ("INFO", "planned", None),
-        ("WARNING", None, refused.code.value),
+        ("DEBUG", "planned", None),
+        ("INFO", None, refused.code.value),
     ]
     assert outcomes[0]["run_id"] == outcomes[1]["run_id"] == "j1"
 
