@@ -9,6 +9,8 @@ arguments, with the pip command that adds the extra (exit 2) instead of an Impor
 
 import importlib
 import re
+import signal
+import sys
 from importlib import metadata
 
 import click
@@ -136,7 +138,15 @@ def cli() -> None:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["worker"]:
+        # Importing the worker takes seconds on a busy machine; SIGTERM meanwhile ends it
+        # as asked, exit 0, not by the signal (the worker command then installs its own).
+        signal.signal(signal.SIGTERM, _stopped_while_starting)
     cli()
+
+
+def _stopped_while_starting(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 if __name__ == "__main__":

@@ -144,8 +144,9 @@ from processor.versions import deployed_catalog
     env="LOG_LEVEL",
     type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
     default="info",
-    help="info: a line per committed transition; warning: per rejection; error: state "
-    "that could not be persisted; debug: internals.",
+    help="debug: a line per committed transition and heartbeat, and internals; info: per "
+    "rejection, and partitions assigned, restored, released; warning: per DLQ record; "
+    "error: state that could not be persisted.",
 )
 @option(
     "--log-format",
@@ -189,6 +190,13 @@ def worker(
     # `kill -USR1 <pid>` prints them for a worker that seems stuck.
     faulthandler.enable()
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    # SIGTERM or Ctrl-C from now on stops the worker cleanly, also one that comes while it
+    # starts (seconds on a busy machine: the fault harness scaled workers down before
+    # they had installed a handler, and they died of the signal).
+    asked = StopRequest()
+    if runtime == "native":  # (Faust handles the signals itself)
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, asked.handle)
     setup_logging(log_level, log_format)  # either runtime: its worker leaves it alone
     # Before anything connects: a worker that would serve every run to anyone who
     # reaches its port does not start (exit 2, a usage error: a setting is missing).
@@ -241,6 +249,7 @@ def worker(
             run_faust_worker(config, port, log_level, url)
             return
         running = Worker(config)
+        asked.forward_to(running.stop)
         # The API first: its port goes into the consumer's client.id (cluster queries).
         server = serve(running, http_host, http_port)
         host, port = str(server.server_address[0]), int(server.server_address[1])
@@ -251,8 +260,6 @@ def worker(
     logging.getLogger("runstate.worker").info(
         "HTTP API on http://%s:%s (advertised as %s)", host, port, running.advertised_url
     )
-    for signum in STOP_SIGNALS:
-        signal.signal(signum, lambda *_: running.stop())
     # A restart in place blocked them across its exec: any that came meanwhile is
     # delivered now, to the handler, and this worker stops as asked.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
@@ -266,6 +273,25 @@ def worker(
 
 
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+
+
+class StopRequest:
+    """SIGTERM or SIGINT, as a signal handler: remembered until there is a worker to
+    stop, then passed on to it (at once, if it came first)."""
+
+    def __init__(self) -> None:
+        self.asked = False
+        self._stop: Callable[[], None] | None = None
+
+    def handle(self, signum: int, frame: object) -> None:
+        self.asked = True
+        if self._stop is not None:
+            self._stop()
+
+    def forward_to(self, stop: Callable[[], None]) -> None:
+        self._stop = stop
+        if self.asked:
+            stop()
 
 
 def shown_host(host: str) -> str:
