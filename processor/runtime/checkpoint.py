@@ -5,7 +5,8 @@ in the partition stores, what it observed for the metrics and what it will log.
 1. the outcomes were produced into the open transaction as they were decided;
 2. the consumed offsets are added to the transaction (EOS v2: the group's metadata);
 3. the transaction commits;
-4. only then each partition's staged changes reach its store, in one WriteBatch with
+4. only then each partition's staged changes reach its store, in one WriteBatch (built
+   on the loop's thread while steps 1-3 travel to the brokers in another) with
    the changelog offset they correspond to; then the metrics count
    the outcomes and the log shows them.
 `abort()` aborts the transaction; the object is then dropped whole, and with it every
@@ -18,15 +19,17 @@ import time
 
 from confluent_kafka import TopicPartition
 
-from processor.logs import OUTCOMES_LOG, log_outcomes
+from processor.logs import log_outcomes, logged
 from processor.metrics import MetricsBatch, WorkerMetrics
 from processor.outputs import OutputRecord
 from processor.pipeline import Outcome
 from processor.runtime.poison import Range
-from processor.runtime.producer import TransactionalProducer
-from processor.runtime.store import PartitionTransaction
+from processor.runtime.producer import CommitInFlight, TransactionalProducer
+from processor.runtime.store import PartitionStore, PartitionTransaction, PreparedWrite
 from processor.runtime.stores import StoreRegistry
 from processor.topics import TopicNames
+
+log = logging.getLogger("runstate.worker")
 
 
 class Checkpoint:
@@ -36,6 +39,7 @@ class Checkpoint:
         stores: StoreRegistry,
         topics: TopicNames,
         metrics: WorkerMetrics,
+        after: "Checkpoint | None" = None,
     ) -> None:
         self.producer = producer
         self.topics = topics
@@ -50,10 +54,24 @@ class Checkpoint:
         self.observed = MetricsBatch()
         self._to_log: list[Outcome] = []
         self._partitions: dict[int, PartitionTransaction] = {}
+        #: The previous checkpoint while its commit travels: this one decides over its
+        #: changes and holds its own records until it is over (`settled`).
+        self._after = after
+        self._held: list[tuple[OutputRecord, int]] = []
+        self._produced = False
+        # While it commits: its stores' batches, built beside the commit, and the commit.
+        self._prepared: dict[int, PreparedWrite] = {}
+        self._in_flight: CommitInFlight | None = None
+        self._began = 0.0
 
     @property
     def open(self) -> bool:
-        return self.producer.open
+        """Whether it has anything to commit (a record produced or held)."""
+        return self._produced
+
+    @property
+    def commit_done(self) -> bool:
+        return self._in_flight is not None and self._in_flight.done
 
     def store(self, partition: int) -> PartitionTransaction | None:
         """The partition's store as this transaction sees it; None when not owned."""
@@ -67,8 +85,15 @@ class Checkpoint:
         assert txn is None or txn.empty, f"partition {partition}: its store changed mid-batch"
         if store is None:
             return None
-        txn = self._partitions[partition] = store.begin()
+        base = self._after.base(partition, store) if self._after is not None else None
+        txn = self._partitions[partition] = store.begin(base)
         return txn
+
+    def base(self, partition: int, store: PartitionStore) -> PartitionTransaction | None:
+        """What the next checkpoint reads through for `partition`, while this one
+        commits."""
+        txn = self._partitions.get(partition)
+        return txn if txn is not None and txn.store is store else None
 
     def release(self, partitions: list[int]) -> None:
         """Forget the partitions' stores (they are being closed). Only a checkpoint that
@@ -84,12 +109,27 @@ class Checkpoint:
 
     def decided(self, outcome: Outcome) -> None:
         """An outcome, logged once the transaction committed (not if it aborts)."""
-        if OUTCOMES_LOG.isEnabledFor(logging.WARNING):
+        if logged(outcome):
             self._to_log.append(outcome)
 
     def produce(self, record: OutputRecord, partition: int) -> None:
-        """Into the transaction, to the partition number of the input (co-partitioned)."""
+        """Into the transaction, to the partition number of the input (co-partitioned);
+        held while the previous checkpoint commits."""
+        self._produced = True
+        if self._after is not None:
+            self._held.append((record, partition))
+            return
         self.producer.produce(record.topic, record.key, record.value, partition, record.headers)
+
+    def settled(self) -> None:
+        """The previous checkpoint committed and its changes reached the stores: read
+        the stores again, and produce what was held (in the order decided)."""
+        self._after = None
+        for txn in self._partitions.values():
+            txn.settled()
+        held, self._held = self._held, []
+        for record, partition in held:
+            self.produce(record, partition)
 
     def ranges(self) -> dict[int, Range]:
         """partition -> (first offset, next offset) consumed in this transaction."""
@@ -98,21 +138,52 @@ class Checkpoint:
     def commit(self, group_metadata: object) -> dict[int, int]:
         """Commit, then move the stores (see the module doc). Returns the partitions'
         committed next offsets. Raises KafkaException: abort then."""
-        began = time.perf_counter()
+        self.start_commit(group_metadata)
+        return self.finish_commit()
+
+    def start_commit(self, group_metadata: object) -> None:
+        """Steps 2 and 3 in another thread; meanwhile, the stores' batches are built here
+        (the caller may go on deciding into the next checkpoint: see `settled`)."""
+        assert self._after is None, "committed before the previous checkpoint"
+        self._began = time.perf_counter()
         offsets = [
             TopicPartition(self.topics.proposals, p, offset) for p, offset in self._next.items()
         ]
-        self.producer.commit(offsets, group_metadata)
-        # The transaction is durable: now, and only now, move the local stores.
+        self._in_flight = self.producer.start_commit(offsets, group_metadata)
+        for partition, txn in self._partitions.items():
+            try:
+                self._prepared[partition] = txn.prepare()
+            except Exception:  # built again below, where its error counts
+                log.exception("preparing the store batch of partition %s", partition)
+
+    def finish_commit(self) -> dict[int, int]:
+        """Wait for the commit; then, and only then, move the local stores (step 4)."""
+        assert self._in_flight is not None
+        in_flight, self._in_flight = self._in_flight, None
+        in_flight.wait()  # raises KafkaException when it did not commit
         for partition, txn in self._partitions.items():
             offset = self.producer.next_offset(self.topics.changelog, partition)
-            txn.flush({} if offset is None else {self.topics.changelog: offset})
+            reached = {} if offset is None else {self.topics.changelog: offset}
+            batch = self._prepared.get(partition)
+            if batch is None:
+                txn.flush(reached)
+            else:
+                batch.apply(reached)
         self.producer.forget()
-        self.metrics.committed(self.observed, time.perf_counter() - began, self.records)
+        self.metrics.committed(self.observed, time.perf_counter() - self._began, self.records)
         log_outcomes(self._to_log)
         return dict(self._next)
 
+    def wait_out(self) -> None:
+        """Wait for a commit in flight to end, however it ends (before an abort)."""
+        if self._in_flight is not None:
+            try:
+                self._in_flight.wait()
+            except Exception as exc:  # the abort that follows is what answers it
+                log.debug("the commit before the abort failed: %r", exc)
+
     def abort(self) -> None:
         """Abort the transaction; nothing staged here reaches a store."""
-        self.producer.abort()
+        if self.producer.open:  # not when its records were all held
+            self.producer.abort()
         self.metrics.aborted()

@@ -89,6 +89,7 @@ class TransactionalProducer:
             )
         )
         self.open = False
+        self.committing = False  # a commit travels (start_commit): no produce until over
         self.began_at = 0.0
         self._delivered: dict[tuple[str, int], int] = {}
         self._delivery_error: KafkaError | None = None
@@ -113,6 +114,7 @@ class TransactionalProducer:
     ) -> None:
         """Into the open transaction (begun if need be), to an explicit partition; a value
         of None is a tombstone."""
+        assert not self.committing, "produced while the previous transaction commits"
         self.begin()
         full_since: float | None = None
         while True:
@@ -134,6 +136,19 @@ class TransactionalProducer:
     def commit(self, offsets: list[TopicPartition], group_metadata: object) -> None:
         """Flush, add the consumed `offsets` (EOS v2: with the group's metadata) and commit.
         Raises KafkaException when the transaction cannot commit; abort it then."""
+        self.start_commit(offsets, group_metadata).wait()
+
+    def start_commit(
+        self, offsets: list[TopicPartition], group_metadata: object
+    ) -> "CommitInFlight":
+        """`commit`, in another thread: a commit is mostly round trips to the brokers, and
+        the worker's loop only waited for them (7-13 % of its time in a profile of a
+        drain). Nothing may be produced until it is over (`wait`)."""
+        self.committing = True
+        return CommitInFlight(self, offsets, group_metadata)
+
+    def commit_here(self, offsets: list[TopicPartition], group_metadata: object) -> None:
+        """`commit`, on the calling thread."""
         if self.client.flush(30) > 0:
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "flush timed out"))
         if self._delivery_error is not None:
@@ -189,3 +204,34 @@ class TransactionalProducer:
         offset = msg.offset() or 0
         if offset >= self._delivered.get(key, -1):
             self._delivered[key] = offset
+
+
+class CommitInFlight:
+    """A transaction's commit travelling in a thread of its own (every call in it is
+    bounded); `wait` joins it and raises what it raised."""
+
+    def __init__(
+        self, producer: TransactionalProducer, offsets: list[TopicPartition], metadata: object
+    ) -> None:
+        self._producer = producer
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._travel, args=(offsets, metadata), name="runstate-commit", daemon=True
+        )
+        self._thread.start()
+
+    def _travel(self, offsets: list[TopicPartition], metadata: object) -> None:
+        try:
+            self._producer.commit_here(offsets, metadata)
+        except BaseException as exc:  # re-raised by wait(), in the loop's thread
+            self._failure = exc
+
+    @property
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def wait(self) -> None:
+        self._thread.join()
+        self._producer.committing = False
+        if self._failure is not None:
+            raise self._failure

@@ -216,9 +216,10 @@ class PartitionStore:
         return db
 
     # -- reads -----------------------------------------------------------------
-    def begin(self) -> "PartitionTransaction":
-        """The changes of one Kafka transaction, written by its `flush` once it committed."""
-        return PartitionTransaction(self)
+    def begin(self, base: "PartitionTransaction | None" = None) -> "PartitionTransaction":
+        """The changes of one Kafka transaction, written by its `flush` once it committed;
+        over `base`, the previous transaction's changes while its commit travels."""
+        return PartitionTransaction(self, base)
 
     def committed_snapshot(self, run_id: str) -> RunSnapshot | None:
         with self._cache_lock:
@@ -298,11 +299,17 @@ class PartitionStore:
     # -- writes ----------------------------------------------------------------
     def write(self, changes: "PartitionTransaction", offsets: dict[str, int]) -> None:
         """A committed transaction's changes and the topic offsets they reach, atomically."""
-        if changes.empty and not offsets:
-            return
+        self.prepare(changes).apply(offsets)
+
+    def prepare(self, changes: "PartitionTransaction") -> "PreparedWrite":
+        """The WriteBatch of a transaction's changes, built but not written: the worker
+        builds it while the Kafka transaction commits (the loop would otherwise only
+        wait), and applies it once that commit succeeded, or drops it."""
+        assert changes.base is None, "prepared over a transaction still committing"
         batch = WriteBatch(raw_mode=True)
         staged = changes.snapshots
-        if self._counts is not None:
+        counts: Counter[tuple[str, str]] | None = None
+        if self._counts is not None and not changes.empty:
             # A new Counter, not an update in place: HTTP threads may be reading the old.
             counts = self._counts.copy()
             for run_id in set(staged) | changes.forgotten:
@@ -312,7 +319,7 @@ class PartitionStore:
                 snapshot = staged.get(run_id)
                 if snapshot is not None:
                     counts[(snapshot.machine, snapshot.state)] += 1
-            self._counts = +counts  # drops the zeros
+            counts = +counts  # drops the zeros
         # Forgotten runs first: a run id created again in the same batch is a new run.
         for run_id in sorted(changes.forgotten):
             self._drop_run(batch, run_id)
@@ -346,12 +353,21 @@ class PartitionStore:
             old = None if run_id in changes.forgotten else old  # deleted above, as for states
             timers = _timers_of(changes.snapshot(run_id))
             self._reindex(batch, run_id, timers, changes.fired(run_id), old)
+        return PreparedWrite(self, batch, changes, counts)
+
+    def apply(self, prepared: "PreparedWrite", offsets: dict[str, int]) -> None:
+        """Write a prepared batch with the topic offsets it reaches, atomically; the
+        counts and the cache follow it."""
+        if prepared.changes.empty and not offsets:
+            return
         for topic, offset in offsets.items():
-            batch.put(_OFFSET + topic.encode(), str(offset).encode())
-        self._db.write(batch)
-        for run_id in changes.forgotten:
+            prepared.batch.put(_OFFSET + topic.encode(), str(offset).encode())
+        self._db.write(prepared.batch)
+        if prepared.counts is not None:
+            self._counts = prepared.counts
+        for run_id in prepared.changes.forgotten:
             self._forget(run_id)
-        for snapshot in staged.values():
+        for snapshot in prepared.changes.snapshots.values():
             self._remember(snapshot)
 
     def _drop_run(self, batch: WriteBatch, run_id: str) -> None:
@@ -525,14 +541,32 @@ class PartitionStore:
         self._db.close()
 
 
+@dataclass
+class PreparedWrite:
+    """A transaction's changes as one WriteBatch, not yet written (see `prepare`)."""
+
+    store: PartitionStore
+    batch: WriteBatch
+    changes: "PartitionTransaction"
+    counts: Counter[tuple[str, str]] | None
+
+    def apply(self, offsets: dict[str, int]) -> None:
+        """Write the changes and the topic offsets they reach, atomically."""
+        self.store.apply(self, offsets)
+
+
 class PartitionTransaction:
     """What one Kafka transaction changes in a partition store, held in memory until the
     transaction committed (`flush`); an aborted transaction's is simply dropped. The
     engine decides against `snapshot`, which sees the transaction's own changes, so a
     run's proposals in one batch see each other."""
 
-    def __init__(self, store: PartitionStore) -> None:
+    def __init__(self, store: PartitionStore, base: "PartitionTransaction | None" = None) -> None:
         self.store = store
+        #: The previous transaction while its commit travels: its changes are not in the
+        #: store yet, so this one reads through them (`settled` cuts the link once they
+        #: are).
+        self.base = base
         self.snapshots: dict[str, RunSnapshot] = {}
         self.snapshot_json: dict[str, bytes] = {}
         self.history: list[tuple[Transition, bytes]] = []
@@ -552,19 +586,29 @@ class PartitionTransaction:
         staged = self.snapshots.get(run_id)
         if staged is not None or run_id in self.forgotten:
             return staged
+        if self.base is not None:
+            return self.base.snapshot(run_id)
         return self.store.committed_snapshot(run_id)
 
     def fired(self, run_id: str) -> Fired:
         staged = self.fired_marks.get(run_id)
         if staged is not None or run_id in self.forgotten:
             return staged or NOT_FIRED
+        if self.base is not None:
+            return self.base.fired(run_id)
         return self.store.fired(run_id)
 
     def seen(self, run_id: str, proposal_id: str) -> int | None:
         staged = self.committed.get((run_id, proposal_id))
         if staged is not None or run_id in self.forgotten:
             return staged
+        if self.base is not None:
+            return self.base.seen(run_id, proposal_id)
         return self.store.seen(run_id, proposal_id)
+
+    def settled(self) -> None:
+        """The base transaction's changes reached the store: read the store again."""
+        self.base = None
 
     def stage(
         self,
@@ -619,6 +663,10 @@ class PartitionTransaction:
     def flush(self, offsets: dict[str, int]) -> None:
         """After the Kafka transaction committed: the changes and offsets, in one batch."""
         self.store.write(self, offsets)
+
+    def prepare(self) -> PreparedWrite:
+        """The batch `flush` would write, built now and written by its `apply`."""
+        return self.store.prepare(self)
 
 
 class StoreFormatError(RuntimeError):

@@ -40,7 +40,7 @@ from processor.outputs import (
 from processor.partitioning import partition_for
 from processor.pipeline import DeadLetterReason, Outcome, Placement, Seen, decide_record
 from processor.punctuator import NOT_FIRED, Fired
-from processor.runtime.store import InState, PartitionStore, PartitionTransaction
+from processor.runtime.store import InState, PartitionStore, PartitionTransaction, PreparedWrite
 from processor.signatures import HEADER_KEY_ID, HEADER_SIGNATURE, HEADER_SIGNED_AT
 from processor.topics import TopicNames
 from schemas.audit import transition_hash
@@ -845,10 +845,32 @@ def _store_round_trip(
         else:
             assert isinstance(outcome, Commit), outcome
     actions = ["propose"] * 8 + ["fire", "flush", "counts", "resend", "forget"]
+    actions += ["pipeline", "settle"]
+    # The worker's pipelined commit: a transaction prepared while its commit travels, the
+    # next one deciding over it; written once the commit is over ("settle").
+    pending: tuple[PreparedWrite, dict[str, int]] | None = None
+
+    def settle() -> None:
+        nonlocal pending
+        if pending is not None:
+            prepared, offsets = pending
+            prepared.apply(offsets)
+            txn.settled()
+            pending = None
+            hypothesis.event("a pipelined commit")
+
     for _ in range(data.draw(st.integers(0, 40), label="actions")):
         kind = data.draw(st.sampled_from(actions))
         run_id = data.draw(st.sampled_from(run_ids))
         at_ms += data.draw(st.integers(1, 3))
+        if kind in ("pipeline", "settle", "flush", "counts"):
+            settle()
+        if kind == "pipeline":
+            pending = (txn.prepare(), model.offsets())
+            txn = store.begin(base=txn)
+            continue
+        if kind == "settle":
+            continue
         if run_id not in model.snapshots:  # forgotten: the run id is free again
             assert isinstance(_create(txn, model, run_id, seq, data), Commit)
             seq += 1
@@ -899,6 +921,7 @@ def _store_round_trip(
             obj = {"run_id": run_id, "proposal_id": f"p{seq}", "event": name, "payload": payload}
             seq += 1
             _propose(txn, model, run_id, obj, at_ms)
+    settle()
     txn.flush(model.offsets())
     page = data.draw(st.integers(1, 3), label="page")
     now_ms = data.draw(st.integers(NOW, NOW + 10_000_000), label="now")
