@@ -239,19 +239,20 @@ def flame_svg(stacks: Counter[Stack], title: str, width: float = 1200.0) -> str:
             x += child["count"] / total * width
 
     walk(tree, f"{MAIN_THREAD}: all samples", 0.0, 0)
-    legend = "".join(
-        f'<rect x="{10 + i * 78}" y="{top + (deepest + 2) * row}" width="12" height="12" '
-        f'fill="{COLOURS[s]}"/><text x="{26 + i * 78}" y="{top + (deepest + 2) * row + 11}">'
-        f"{html.escape(s)}</text>"
-        for i, s in enumerate(STAGES)
-    )
+    legend, x, y = [], 10.0, top + (deepest + 2) * row
+    for stage in STAGES:  # a key of the colours, each as wide as its name
+        legend.append(
+            f'<rect x="{x:.0f}" y="{y}" width="12" height="12" fill="{COLOURS[stage]}"/>'
+            f'<text x="{x + 16:.0f}" y="{y + 11}">{html.escape(stage)}</text>'
+        )
+        x += 16 + 7 * len(stage) + 14
     height = top + (deepest + 4) * row
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height}" '
         f'font-family="monospace" font-size="11">'
         f'<text x="10" y="20" font-size="14">{html.escape(title)}</text>'
         + "".join(boxes)
-        + legend
+        + "".join(legend)
         + "</svg>\n"
     )
 
@@ -290,7 +291,10 @@ def record(
     tail.expect(mine)
     stacks_file = setup.workdir / "stacks.txt"
     try:
+        deadline = time.monotonic() + 300
         while tail.first_seen is None:  # start-up and restore are not the budget
+            if time.monotonic() > deadline:
+                raise TimeoutError("the worker answered nothing within 300 s")
             tail.take(0.01, running)
         result = _sampled(running, tail, stacks_file, rate, out)
         if keep is not None:
