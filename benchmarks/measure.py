@@ -235,10 +235,10 @@ def latency(
         clock = CpuClock()
         began = time.monotonic()
         sends = feed(producer, setup.names.proposals, timed, ids, rate, tail, running)
-        producer.flush(30)
-        fed = time.monotonic() - began
+        fed = time.monotonic() - began  # the send span: the flush below only waits
         cpu = clock.share()
         ended = time.time()
+        producer.flush(30)
         tail.until_answered(drain_s, running)
         return _latency(tail, sends, fed, ended, cpu)
     finally:
@@ -287,23 +287,24 @@ def _latency(
     tail: Tail, sends: list[tuple[float, int]], fed: float, ended: float, cpu: float
 ) -> Latency:
     """The figures of a timed feed (`sends`) over `fed` seconds ending at `ended` (wall
-    clock). Answered per second: the outcomes that became visible within the feed, after
-    its first second (a tenth, when shorter). Answered ÷ offered sets them against the
-    proposals sent over the same span moved back by the median delay: one if the
-    contender keeps up, whatever its delay (the burst of a commit at either edge aside),
-    its own rate ÷ the offered one if it falls behind."""
+    clock). Answered per second: the outcomes that became visible within the feed once
+    its first second (a tenth, when shorter) or its median delay, the longer, had gone.
+    Answered ÷ offered sets that against the rate of what was sent over the same span
+    moved back by the median delay: one if the contender keeps up, whatever its delay
+    (no window edge cuts a commit's burst of answers off from its sends), its own rate
+    ÷ the offered one if it falls behind."""
     count = sends[-1][1] if sends else 0
-    skip = min(1.0, fed / 10)
-    start = ended - fed + skip
-    shown = sum(1 for t in tail.visible if start <= t <= ended)
+    offered, began = count / fed, ended - fed
     ordered = sorted(tail.delays)
     median = statistics.median(ordered) if ordered else 0.0
-    achieved, offered = shown / (fed - skip), count / fed
-    # Sends over the window moved back by the median delay; a contender behind by more
-    # than the feed's first second is set against the rate of what was sent before.
-    since, until = max(ended - fed, start - median), ended - median
-    matched = _sent_by(sends, until) - _sent_by(sends, since)
-    offered_then = matched / (until - since) if until - since >= 0.5 and matched else offered
+    start = began + max(min(1.0, fed / 10), median)
+    span = ended - start
+    if span < 0.5:  # answers come later than the feed lasts: its whole span instead
+        start, span = began + min(1.0, fed / 10), fed - min(1.0, fed / 10)
+    shown = sum(1 for t in tail.visible if start <= t <= ended)
+    achieved = shown / span
+    sent = _sent_by(sends, ended - median) - _sent_by(sends, start - median)
+    offered_then = sent / span if sent and start - median >= began else offered
     return Latency(
         offered=offered,
         achieved=achieved,

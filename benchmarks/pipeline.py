@@ -51,6 +51,7 @@ FULL: dict[str, Any] = {
     "latency_seconds": 15.0,
     "growth": "10000,100000,1000000",
     "profile": 30_000,
+    "before_commit": profile.BEFORE_COMMIT,
     "engine_n": 100_000,
 }
 QUICK: dict[str, Any] = {
@@ -62,6 +63,7 @@ QUICK: dict[str, Any] = {
     "latency_seconds": 3.0,
     "growth": "1000,3000",
     "profile": 2_000,
+    "before_commit": "",
     "engine_n": 5_000,
 }
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,6 +99,11 @@ def parse_args() -> argparse.Namespace:
         "--growth", help="Run counts for memory and restore (10000,100000,1000000)."
     )
     parser.add_argument("--profile", type=int, help="Proposals profiled (30,000; 0: none).")
+    parser.add_argument(
+        "--before-commit",
+        help=f"Profile the worker at this commit too, in this run ({profile.BEFORE_COMMIT}; "
+        "'' for none).",
+    )
     parser.add_argument("--engine-n", type=int, help="Engine decisions per round (0: none).")
     parser.add_argument(
         "--no-pair", action="store_true", help="Leave out the 2-worker throughput row."
@@ -160,7 +167,10 @@ def main() -> None:
         )
         results["growth"] = growth(bench, args)
         if args.profile:
-            results["profile"] = profiled(bench, args)
+            records = bench.records(max(10, args.profile // 10), args.profile, seed=10)
+            results["profile"] = profiled(bench, args, records)
+            if args.before_commit:
+                results["profile_before"] = profiled(bench, args, records, args.before_commit)
     if args.engine_n:
         results["engine"] = engine(args.engine_n, 1 if args.quick else 3, console)
     results["targets"] = targets(results)
@@ -273,20 +283,29 @@ def growth(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def profiled(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
+def profiled(
+    bench: Bench, args: argparse.Namespace, records: list[RawRecord], commit: str | None = None
+) -> dict[str, Any]:
     """The native worker's budget by stage (profile.py), its flame graph next to the
-    markdown. A machine where py-spy may not attach (no ptrace) reports why instead."""
-    svg = (args.markdown.parent / "docs" / "bench" / "flame-after.svg").resolve()
-    with bench.console.status(f"profiling the native worker over {args.profile:,} proposals"):
-        records = bench.records(max(10, args.profile // 10), args.profile, seed=10)
+    markdown; of the worker code at `commit` (a worktree) when given. A machine where
+    py-spy may not attach (no ptrace), or a clone without that commit, reports why."""
+    name = "flame-before-now.svg" if commit else "flame-after.svg"
+    svg = (args.markdown.parent / "docs" / "bench" / name).resolve()
+    what = f"the worker at {commit}" if commit else "the native worker"
+    with bench.console.status(f"profiling {what} over {len(records):,} proposals"):
         try:
-            found = profile.record(bench, records, svg)
+            if commit:
+                with profile.checkout(commit) as tree:
+                    found = profile.record(bench, records, svg, tree=tree)
+                found["checked_out"] = commit
+            else:
+                found = profile.record(bench, records, svg)
         except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-            bench.console.print(f"profile failed: {exc}")
+            bench.console.print(f"profile of {what} failed: {exc}")
             return {"error": str(exc)}
     found["svg"] = os.path.relpath(svg, args.markdown.parent)
     bench.console.print(
-        f"profile: {found['rate']:,.0f} proposals/s, main thread busy "
+        f"profile of {what}: {found['rate']:,.0f} proposals/s, main thread busy "
         f"{found['main_thread_busy']:.0%}"
     )
     return found

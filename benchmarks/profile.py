@@ -26,6 +26,8 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +59,8 @@ STAGES = (
     "other",
 )
 SAMPLE_RATE = 250
+#: The main branch before issue 18's work: its worker is the budget's "before".
+BEFORE_COMMIT = "a587d34"
 MAIN_THREAD = "MainThread"
 FRAME = re.compile(r"^(?P<func>.*) \((?P<path>.*):(?P<line>\d+)\)$")
 
@@ -274,19 +278,59 @@ def cpu_seconds(pid: int, tid: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+@contextmanager
+def checkout(commit: str) -> Iterator[Path]:
+    """A worktree of this repository at `commit`, removed afterwards."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp) / "tree"
+        git = ["git", "-C", str(ROOT)]
+        subprocess.run(
+            [*git, "worktree", "add", "--detach", str(tree), commit],
+            check=True,
+            capture_output=True,
+        )
+        try:
+            yield tree
+        finally:
+            subprocess.run([*git, "worktree", "remove", "--force", str(tree)], check=False)
+
+
+@contextmanager
+def code_of(tree: Path | None) -> Iterator[None]:
+    """Processes started within run the worker code of `tree` (another checkout), not
+    this one's: `python -m` puts the working directory first on the path."""
+    if tree is None:
+        yield
+        return
+    cwd, path = os.getcwd(), os.environ.get("PYTHONPATH")
+    os.chdir(tree)
+    os.environ["PYTHONPATH"] = str(tree)
+    try:
+        yield
+    finally:
+        os.chdir(cwd)
+        if path is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = path
+
+
 def record(
     bench: Bench,
     records: list[RawRecord],
     out: Path,
     rate: int = SAMPLE_RATE,
     keep: Path | None = None,
+    tree: Path | None = None,
 ) -> dict[str, Any]:
     """Drain `records` with a native worker under py-spy; the stage budget as a dict,
-    and the flame graph written to `out` (an SVG); py-spy's samples copied to `keep`."""
+    and the flame graph written to `out` (an SVG); py-spy's samples copied to `keep`.
+    `tree`: run the worker code of that checkout instead of this one's."""
     setup = bench.setup("profile")
     mine = bench.signed_for(setup, records)
     load(setup, mine)
-    running = CONTENDERS["native"](setup)
+    with code_of(tree):
+        running = CONTENDERS["native"](setup)
     tail = Tail(setup, PARTITIONS)
     tail.expect(mine)
     stacks_file = setup.workdir / "stacks.txt"
@@ -296,7 +340,10 @@ def record(
             if time.monotonic() > deadline:
                 raise TimeoutError("the worker answered nothing within 300 s")
             tail.take(0.01, running)
-        result = _sampled(running, tail, stacks_file, rate, out)
+        result = {
+            **_sampled(running, tail, stacks_file, rate, out),
+            "code_commit": code_commit(tree),
+        }
         if keep is not None:
             shutil.copyfile(stacks_file, keep)
         return result
@@ -347,7 +394,6 @@ def _sampled(
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(flame_svg(stacks, title))
     return {
-        "code_commit": code_commit(),
         "load_average": os.getloadavg(),  # what else ran: a busy machine stretches waits
         "proposals": proposals,
         "seconds": seconds,
@@ -362,12 +408,12 @@ def _sampled(
     }
 
 
-def code_commit() -> str:
+def code_commit(tree: Path | None = None) -> str:
     """The last commit that changed the worker's code (processor/, schemas/): what a
     profile measures, whatever benchmark commit ran it."""
     return subprocess.run(
         ["git", "log", "-1", "--format=%h", "--", "processor", "schemas"],
-        cwd=ROOT,
+        cwd=tree or ROOT,
         capture_output=True,
         text=True,
     ).stdout.strip()

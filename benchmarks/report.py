@@ -104,7 +104,7 @@ def markdown(results: dict[str, Any], where: Path = ROOT) -> str:
         *_latency_section("Latency at fractions of the native rate", results["latency"], {}),
         *_growth(results["growth"]),
         *_engine(results.get("engine")),
-        *_profile(results.get("profile"), where),
+        *_profile(results.get("profile"), results.get("profile_before"), where),
         "## Targets (issue 18)",
         "",
         "| target | now | met |",
@@ -213,63 +213,70 @@ def _engine(engine: dict[str, Any] | None) -> list[str]:
 
 
 def _profile_label(found: dict[str, Any]) -> str:
-    """The commit of the worker's code profiled (and the day, for a recorded one)."""
+    """Whose worker code was profiled (the commit checked out, or the last to change
+    processor/ and schemas/), and on which day, for the recorded one."""
     m = found.get("machine") or {}
-    code = found.get("code_commit") or m.get("commit", "?")
-    return f"worker code {code}" + (f", {m['date'][:10]}" if m.get("date") else "")
+    code = found.get("checked_out") or f"worker code {found.get('code_commit', '?')}"
+    return code + (f", {m['date'][:10]}" if m.get("date") else "")
 
 
-def _profile(after: dict[str, Any] | None, where: Path) -> list[str]:
-    """The per-stage budget, before (recorded) and after (this run), side by side."""
-    before = json.loads(PROFILE_BEFORE.read_text()) if PROFILE_BEFORE.exists() else None
-    if after is not None and "error" in after:
-        after = None
-    if before is None and after is None:
+def _profile(after: dict[str, Any] | None, again: dict[str, Any] | None, where: Path) -> list[str]:
+    """The per-stage budget: before (recorded; and measured again in this run, when it
+    was) and after (this run), side by side."""
+    recorded = json.loads(PROFILE_BEFORE.read_text()) if PROFILE_BEFORE.exists() else None
+    runs = [
+        ("before, recorded", recorded, ROOT / "docs" / "bench" / "flame-before.svg"),
+        ("before, this run", again, None),
+        ("after, this run", after, None),
+    ]
+    shown = [
+        (label, found, svg or where / found["svg"])
+        for label, found, svg in runs
+        if found is not None and "error" not in found
+    ]
+    if not shown:
         return []
-    runs = [("before", before), ("after", after)]
-    shown = [(label, found) for label, found in runs if found is not None]
     lines = [
         "## Native worker: time per proposal by stage (py-spy)",
         "",
         "A native worker drains a pre-loaded input while py-spy samples it (250/s, waits "
         "included): its main thread, where the loop runs, shares out its wall time by "
         "stage, as microseconds per proposal (benchmarks/profile.py says which frames "
-        "go to which stage). **Before** is the profile recorded at the commit named, "
-        "before issue 18's work (benchmarks/profile-before.json, kept as it was taken); "
-        "**after** is this run's.",
+        "go to which stage). **Before, recorded**: the profile taken of the worker before "
+        "issue 18's work (benchmarks/profile-before.json, kept as it was measured, on a "
+        "machine as busy as its load average says). **Before, this run**: the same "
+        "worker code, checked out and profiled again in this run. **After**: this "
+        "commit's worker.",
         "",
-        "| stage | " + " | ".join(f"{label} ({_profile_label(f)}) µs" for label, f in shown) + " |",
+        "| stage | "
+        + " | ".join(f"{label} ({_profile_label(f)}) µs" for label, f, _ in shown)
+        + " |",
         "|---|" + "---|" * len(shown),
     ]
-    stages = list((shown[0][1])["us_per_proposal"])
-    for stage in stages:
-        cells = " | ".join(_fmt(f["us_per_proposal"].get(stage, 0.0), 1) for _, f in shown)
+    for stage in shown[0][1]["us_per_proposal"]:
+        cells = " | ".join(_fmt(f["us_per_proposal"].get(stage, 0.0), 1) for _, f, _ in shown)
         lines.append(f"| {stage} | {cells} |")
-    total = " | ".join(f"**{_fmt(sum(f['us_per_proposal'].values()), 1)}**" for _, f in shown)
+
+    def row(title: str, cell: Any) -> str:
+        return f"| {title} | " + " | ".join(cell(f) for _, f, _ in shown) + " |"
+
     lines += [
-        f"| **all (wall time per proposal)** | {total} |",
-        "| proposals/s while sampled | " + " | ".join(_fmt(f["rate"]) for _, f in shown) + " |",
-        "| main thread busy (its CPU ÷ wall) | "
-        + " | ".join(_share(f["main_thread_busy"]) for _, f in shown)
-        + " |",
-        "| worker process CPU, % of a core | "
-        + " | ".join(_share(f["worker_cpu"]) for _, f in shown)
-        + " |",
-        "| machine load average (1 min) | "
-        + " | ".join(f"{(f.get('load_average') or [float('nan')])[0]:.1f}" for _, f in shown)
-        + " |",
-        "| proposals sampled / samples | "
-        + " | ".join(f"{f['proposals']:,} / {f['samples']:,}" for _, f in shown)
-        + " |",
+        row(
+            "**all (wall time per proposal)**",
+            lambda f: f"**{_fmt(sum(f['us_per_proposal'].values()), 1)}**",
+        ),
+        row("proposals/s while sampled", lambda f: _fmt(f["rate"])),
+        row("main thread busy (its CPU ÷ wall)", lambda f: _share(f["main_thread_busy"])),
+        row("worker process CPU, % of a core", lambda f: _share(f["worker_cpu"])),
+        row(
+            "machine load average (1 min)",
+            lambda f: f"{f['load_average'][0]:.1f}" if f.get("load_average") else "not recorded",
+        ),
+        row("proposals sampled / samples", lambda f: f"{f['proposals']:,} / {f['samples']:,}"),
         "",
     ]
-    graphs = []
-    if before is not None:
-        graphs.append(("before", ROOT / "docs" / "bench" / "flame-before.svg"))
-    if after is not None:
-        graphs.append(("after", where / after["svg"]))
     links = ", ".join(
-        f"[{label}]({os.path.relpath(path, where)})" for label, path in graphs if path.exists()
+        f"[{label}]({os.path.relpath(svg, where)})" for label, _, svg in shown if svg.exists()
     )
     if links:
         lines += [f"Flame graphs of the main thread, coloured by stage: {links}.", ""]
