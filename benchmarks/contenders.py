@@ -46,6 +46,11 @@ class Running:
                 return int(line.split()[1]) / 1024
         raise RuntimeError(f"no {field} for pid {self.proc.pid}")
 
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system, every thread) the process has used so far."""
+        stat = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+
     def check_alive(self) -> None:
         if self.proc.poll() is not None:
             tail = self.log.read_text(errors="replace")[-3000:]
@@ -81,6 +86,9 @@ class Several(Running):
 
     def memory_mb(self, field: str = "VmRSS") -> float:
         return sum(member.memory_mb(field) for member in self.members)
+
+    def cpu_seconds(self) -> float:
+        return sum(member.cpu_seconds() for member in self.members)
 
     def check_alive(self) -> None:
         for member in self.members:

@@ -158,6 +158,7 @@ class Drain:
     rate: float  # proposals per second
     peak_mb: float  # the contender's peak resident memory
     bench_cpu: float  # this process's CPU while the contender drained, share of a core
+    contender_cpu: float  # the contender's CPU over the same span, share of a core
 
 
 def drain(
@@ -180,12 +181,16 @@ def drain(
     tail = Tail(setup, partitions)
     tail.expect(records)
     try:
-        clock = CpuClock()
-        if not tail.until_answered(900, running):
+        deadline = time.monotonic() + 900
+        while tail.first_seen is None and time.monotonic() < deadline:
+            tail.take(0.01, running)  # start-up is not the drain: CPU counted from here
+        clock, used, began = CpuClock(), running.cpu_seconds(), time.monotonic()
+        if not tail.until_answered(max(0.0, deadline - time.monotonic()), running):
             raise TimeoutError(f"{len(tail.waiting)} proposals unanswered after 900 s")
         assert tail.first_seen is not None
         span = time.time() - tail.first_seen
-        return Drain(len(records) / span, running.memory_mb("VmHWM"), clock.share())
+        used = (running.cpu_seconds() - used) / (time.monotonic() - began)
+        return Drain(len(records) / span, running.memory_mb("VmHWM"), clock.share(), used)
     finally:
         tail.close()
         running.stop()

@@ -194,6 +194,7 @@ def throughput(
     rates: dict[str, list[float]] = {name: [] for name in names}
     peaks: dict[str, list[float]] = {name: [] for name in names}
     cpus: dict[str, list[float]] = {name: [] for name in names}
+    theirs: dict[str, list[float]] = {name: [] for name in names}
     console = bench.console
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("throughput", total=args.repeats * len(names))
@@ -208,9 +209,11 @@ def throughput(
                 rates[name].append(result.rate)
                 peaks[name].append(result.peak_mb)
                 cpus[name].append(result.bench_cpu)
+                theirs[name].append(result.contender_cpu)
                 console.print(
-                    f"throughput {name}: {result.rate:,.0f} proposals/s "
-                    f"(benchmark process {result.bench_cpu:.0%} of a core)"
+                    f"throughput {name}: {result.rate:,.0f} proposals/s (its CPU "
+                    f"{result.contender_cpu:.0%}, the benchmark's {result.bench_cpu:.0%} "
+                    "of a core)"
                 )
                 progress.advance(task)
     rows = {
@@ -218,6 +221,7 @@ def throughput(
             "rate": spread(rates[name]),
             "peak_mb": spread(peaks[name]),
             "bench_cpu": spread(cpus[name]),
+            "contender_cpu": spread(theirs[name]),
         }
         for name in names
     }
