@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install tools demo test unit integration bench bench-engine faults
+.PHONY: install tools demo test unit integration bench bench-profile bench-engine faults
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -57,9 +57,14 @@ unit: install tools
 integration: install
 	$(BIN)/pytest -m integration
 
-## bench: side-by-side benchmarks on one broker (ceiling, native, Faust, Quix Streams, SQLite); writes BENCHMARKS.md
+## bench: side-by-side benchmarks on one broker (ceiling, native, Faust, Quix Streams, SQLite),
+## the engine alone and the native worker's profile; writes BENCHMARKS.md (about 30 minutes)
 bench: install
 	$(BIN)/python -m benchmarks.pipeline
+
+## bench-profile: the native worker's time per proposal by stage (py-spy), and its flame graph
+bench-profile: install
+	$(BIN)/python -m benchmarks.profile
 
 ## bench-engine: decisions per second of the engine, against a reference transition() in plain Python
 bench-engine: install

@@ -4,6 +4,7 @@ its own, until stopped. `start(name, setup)` starts one."""
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,11 @@ class Running:
                 return int(line.split()[1]) / 1024
         raise RuntimeError(f"no {field} for pid {self.proc.pid}")
 
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system, every thread) the process has used so far."""
+        stat = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+
     def check_alive(self) -> None:
         if self.proc.poll() is not None:
             tail = self.log.read_text(errors="replace")[-3000:]
@@ -67,6 +73,60 @@ def _worker(runtime: str) -> Callable[[Setup], Running]:
             extra_args=("--runtime", runtime, "--log-level", "warning"),
         )
         return Running(worker.proc, log, worker.terminate)
+
+    return start
+
+
+class Several(Running):
+    """Processes of one consumer group, measured as one contender: memory adds up."""
+
+    def __init__(self, members: list[Running]) -> None:
+        super().__init__(members[0].proc, members[0].log, self._stop_all)
+        self.members = members
+
+    def memory_mb(self, field: str = "VmRSS") -> float:
+        return sum(member.memory_mb(field) for member in self.members)
+
+    def cpu_seconds(self) -> float:
+        return sum(member.cpu_seconds() for member in self.members)
+
+    def check_alive(self) -> None:
+        for member in self.members:
+            member.check_alive()
+
+    def _stop_all(self) -> None:
+        for member in self.members:
+            member.stop()
+
+
+def _workers(count: int, partitions: int = 3) -> Callable[[Setup], Running]:
+    """`count` native workers in one group, each with a state dir of its own; returned
+    once the group has settled (every partition owned, every worker owning some), so a
+    drain does not time the rebalances of their joining."""
+
+    def start(setup: Setup) -> Running:
+        workers = [
+            WorkerProcess(
+                bootstrap=setup.bootstrap,
+                topic_prefix=setup.prefix,
+                group_id=setup.group,
+                state_dir=setup.workdir / f"state-{n}",
+                keyring_file=setup.keyring_path,
+                log_path=setup.workdir / f"native-{n}.log",
+                extra_args=("--runtime", "native", "--log-level", "warning"),
+            )
+            for n in range(count)
+        ]
+        several = Several([Running(w.proc, w.log_path, w.terminate) for w in workers])
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            several.check_alive()
+            owned = [len((w.health() or {}).get("partitions") or []) for w in workers]
+            if sum(owned) == partitions and all(owned):
+                return several
+            time.sleep(0.2)
+        several.stop()
+        raise TimeoutError(f"{count} workers did not share {partitions} partitions in 120 s")
 
     return start
 
@@ -122,10 +182,14 @@ CONTENDERS: dict[str, Callable[[Setup], Running]] = {
     "quix": _peer("quix_app", quix_python),
     "sqlite": _peer("sqlite_seed", lambda _console: sys.executable),
 }
+#: Not a contender of its own: the native worker scaled out, for the throughput table.
+NATIVE_PAIR = _workers(2)
+
 DESCRIPTIONS = {
     "ceiling": "confluent-kafka transactional passthrough, no state (the ceiling)",
     "native": "runstate worker (native, exactly once)",
     "faust": "runstate worker --runtime faust (at least once, recognisable repeats)",
     "quix": "Quix Streams app calling decide_record, RocksDB state, exactly once",
     "sqlite": "reference design: state machine in SQLite (a commit per write), at least once",
+    "native ×2": "2 runstate worker processes (native) in one group, 3 partitions",
 }

@@ -2,10 +2,11 @@
 
 The peer is a reference design's `transition()`, in memory (dict lookup, retry check,
 history append), measured in the same run: the floor cost of "a transition table in Python".
-Usage: python benchmarks/engine.py [--n 200000]
+Usage: python benchmarks/engine.py [--n 200000] [--json]
 """
 
 import argparse
+import json
 import os
 import time
 from collections.abc import Callable
@@ -138,12 +139,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=200_000, help="decisions per round")
     parser.add_argument("--rounds", type=int, default=5, help="best of this many rounds")
+    parser.add_argument(
+        "--json", action="store_true", help="print the figures as JSON (for make bench)"
+    )
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core
     commits = best_of(bench_commits, args.n, args.rounds)
     mixed = best_of(bench_mixed, args.n, args.rounds)
     peer = best_of(bench_reference_peer, args.n, args.rounds)
+    if args.json:
+        figures = {"commits": commits, "mixed": mixed, "peer": peer}
+        print(json.dumps({**figures, "n": args.n, "rounds": args.rounds}))
+        return
     table = Table("workload", "decisions/s", "vs peer", "aim 100,000/s")
     for label, rate in (
         ("decide: commits only (fact records)", commits),

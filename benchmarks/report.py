@@ -1,5 +1,6 @@
 """The benchmark's results as JSON and as the markdown of BENCHMARKS.md."""
 
+import json
 import os
 import platform
 import statistics
@@ -61,16 +62,30 @@ def _spread_cell(s: dict[str, float], digits: int = 0) -> str:
     return f"{_fmt(s['min'], digits)} / **{_fmt(s['median'], digits)}** / {_fmt(s['max'], digits)}"
 
 
-def markdown(results: dict[str, Any]) -> str:
+#: The profile of the worker before issue 18's work, recorded once (benchmarks/profile.py
+#: at that commit) and kept: BENCHMARKS.md shows it beside the profile of its own run.
+PROFILE_BEFORE = ROOT / "benchmarks" / "profile-before.json"
+
+
+def _share(x: float) -> str:
+    return f"{x:.0%}"
+
+
+def _cpu(row: dict[str, Any], field: str) -> str:
+    """A median CPU share of a throughput row (absent from older results)."""
+    return _share(row[field]["median"]) if field in row else "-"
+
+
+def markdown(results: dict[str, Any], where: Path = ROOT) -> str:
+    """BENCHMARKS.md; `where` is its directory (links to the flame graphs are relative)."""
     m, params = results["machine"], results["parameters"]
-    native = results["throughput"]["native"]["rate"]["median"]
     lines = [
         "# Benchmarks",
         "",
         f"Produced by `{results['command']}` at commit {m.get('commit', 'unknown')} on "
-        f"{m['date']}. Every figure is min / "
+        f"{m['date']} in {results['wall_seconds'] / 60:.1f} minutes. Every figure is min / "
         "**median** / max over the repeats; ratios are native ÷ the contender (medians), "
-        "all measured in the same run on the same broker.",
+        "all measured in the same run on the same broker. Generated; not edited by hand.",
         "",
         f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gb']} GB; {m['os']}; Python "
         f"{m['python']}; Kafka {m['kafka']} (one local broker); confluent-kafka "
@@ -80,55 +95,196 @@ def markdown(results: dict[str, Any]) -> str:
         f"Input: the built-in machines' lives, {params['proposals']:,} proposals over "
         f"{params['runs']:,} runs, {params['refused_share']:.0%} refused, 3 partitions.",
         "",
+        "The benchmark process (its load generator and its outcome reader, one Python "
+        "process with its librdkafka threads) shares the machine with the broker and the "
+        "contender: its CPU time over the wall time of each measurement is shown as "
+        '"bench CPU", in % of one core; "its CPU" is the contender\'s own (all of its '
+        "processes and threads) over the same drain, from its first outcome.",
+        "",
+        *_throughput(results),
+        *_latency_section(
+            "Latency at fractions of the ceiling's rate",
+            results.get("ceiling_latency") or [],
+            results.get("left_out_at_ceiling_loads") or {},
+        ),
+        *_latency_section("Latency at fractions of the native rate", results["latency"], {}),
+        *_growth(results["growth"]),
+        *_engine(results.get("engine")),
+        *_profile(results.get("profile"), results.get("profile_before"), where),
+        "## Targets (issue 18)",
+        "",
+        "| target | now | met |",
+        "|---|---|---|",
+    ]
+    for target in results["targets"]:
+        met = {True: "yes", False: "no", None: "not measured"}[target["met"]]
+        lines.append(f"| {target['target']} | {target['now']} | {met} |")
+    return "\n".join(lines) + "\n"
+
+
+def _throughput(results: dict[str, Any]) -> list[str]:
+    native = results["throughput"]["native"]["rate"]["median"]
+    lines = [
         "## Throughput: proposals per second, produced → outcome visible (read committed)",
         "",
-        "| contender | proposals/s | native ÷ it | peak memory MB |",
-        "|---|---|---|---|",
+        "| contender | proposals/s | native ÷ it | peak memory MB | its CPU | bench CPU |",
+        "|---|---|---|---|---|---|",
     ]
-    for name, row in results["throughput"].items():
+    rows = dict(results["throughput"])
+    if results.get("pair"):
+        rows["native ×2"] = results["pair"]
+    for name, row in rows.items():
         ratio = native / row["rate"]["median"]
         lines.append(
             f"| {name}: {DESCRIPTIONS[name]} | {_spread_cell(row['rate'])} | {ratio:.2f} | "
-            f"{_spread_cell(row['peak_mb'])} |"
+            f"{_spread_cell(row['peak_mb'])} | {_cpu(row, 'contender_cpu')} | "
+            f"{_cpu(row, 'bench_cpu')} |"
         )
-    lines += [
-        "",
-        "## Latency at fixed offered loads (fractions of the native median rate)",
+    if results.get("pair"):
+        scale = results["pair"]["rate"]["median"] / native
+        lines += [
+            "",
+            f"Two native workers in one group (started and settled before the input is "
+            f"loaded; peak memory is the sum of both) drain {scale:.2f}× one worker's rate "
+            "on this machine, where the two share its cores with the broker.",
+        ]
+    return [*lines, ""]
+
+
+def _latency_section(
+    title: str, loads: list[dict[str, Any]], left_out: dict[str, str]
+) -> list[str]:
+    if not loads:
+        return []
+    base = loads[0]["base"]
+    lines = [
+        f"## {title} ({_fmt(base)} proposals/s)",
         "",
         "Delay from a proposal's send to its outcome being visible to a read-committed "
-        "consumer; one producer offers the load, after a warm-up.",
+        "consumer; one producer offers the load, after a warm-up. Answered/s counts the "
+        "outcomes that became visible during the feed (after its first second); "
+        "unanswered: outcomes still missing 60 s after the feed.",
         "",
-        "| load | contender | offered/s | answered/s | p50 ms | p99 ms | native p99 ÷ it "
-        "| unanswered |",
-        "|---|---|---|---|---|---|---|---|",
+        "| load | contender | offered/s | answered/s | answered ÷ offered | p50 ms | p99 ms "
+        "| native p99 ÷ it | unanswered | bench CPU |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for load in results["latency"]:
+    for load in loads:
         rows = load["contenders"]
         native_p99 = rows["native"]["p99_ms"] if "native" in rows else float("nan")
         for name, row in rows.items():
             lines.append(
                 f"| {load['fraction']:.0%} | {name} | {_fmt(row['offered'])} | "
-                f"{_fmt(row['achieved'])} | {_fmt(row['p50_ms'], 1)} | {_fmt(row['p99_ms'], 1)} | "
-                f"{native_p99 / row['p99_ms']:.2f} | {row['missing']:,} |"
+                f"{_fmt(row['achieved'])} | {row['answered_ratio']:.3f} | "
+                f"{_fmt(row['p50_ms'], 1)} | {_fmt(row['p99_ms'], 1)} | "
+                f"{native_p99 / row['p99_ms']:.2f} | {row['missing']:,} | "
+                f"{_share(row['bench_cpu'])} |"
             )
-    growth = results["growth"]
-    if growth:
-        first, last = min(growth["resident_mb"], key=int), max(growth["resident_mb"], key=int)
-        lines += [
-            "",
-            "## Native worker: memory as runs grow, and restore",
-            "",
-            "| runs | resident MB |",
-            "|---|---|",
-            *(f"| {int(r):,} | {_fmt(mb, 1)} |" for r, mb in growth["resident_mb"].items()),
-            "",
-            f"Growth from {int(first):,} to {int(last):,} runs: "
-            f"{_fmt(growth['growth_mb'], 1)} MB. Restore of all {int(last):,} runs from the "
-            f"changelog into empty stores: {_fmt(growth['restore_runs_per_s'])} runs/s.",
-        ]
-    lines += ["", "## Targets (issue 8)", "", "| target | now | met |", "|---|---|---|"]
-    for target in results["targets"]:
-        lines.append(
-            f"| {target['target']} | {target['now']} | {'yes' if target['met'] else 'no'} |"
-        )
-    return "\n".join(lines) + "\n"
+    if left_out:
+        names = " and ".join(left_out)
+        lines += ["", f"Not offered these loads: {names}; each {next(iter(left_out.values()))}."]
+    return [*lines, ""]
+
+
+def _growth(growth: dict[str, Any]) -> list[str]:
+    first, last = growth["first_runs"], growth["last_runs"]
+    return [
+        "## Native worker: memory as runs grow, and restore",
+        "",
+        "| runs | resident MB |",
+        "|---|---|",
+        *(f"| {int(r):,} | {_fmt(mb, 1)} |" for r, mb in growth["resident_mb"].items()),
+        "",
+        f"Growth from {first:,} to {last:,} runs: {_fmt(growth['growth_mb'], 1)} MB. "
+        f"Restore of all {last:,} runs from the changelog into empty stores: "
+        f"{_fmt(growth['restore_runs_per_s'])} runs/s.",
+        "",
+    ]
+
+
+def _engine(engine: dict[str, Any] | None) -> list[str]:
+    if not engine:
+        return []
+    return [
+        "## The engine alone (benchmarks/engine.py, one core, warm snapshot)",
+        "",
+        "| workload | decisions/s |",
+        "|---|---|",
+        f"| decide: commits only (fact records) | {_fmt(engine['commits'])} |",
+        f"| decide: 60 % commits / 40 % refusals | {_fmt(engine['mixed'])} |",
+        f"| peer: a reference transition(), in memory | {_fmt(engine['peer'])} |",
+        "",
+        f"Best of {engine['rounds']} rounds of {engine['n']:,} decisions.",
+        "",
+    ]
+
+
+def _profile_label(found: dict[str, Any]) -> str:
+    """Whose worker code was profiled (the commit checked out, or the last to change
+    processor/ and schemas/), and on which day, for the recorded one."""
+    m = found.get("machine") or {}
+    code = found.get("checked_out") or f"worker code {found.get('code_commit', '?')}"
+    return code + (f", {m['date'][:10]}" if m.get("date") else "")
+
+
+def _profile(after: dict[str, Any] | None, again: dict[str, Any] | None, where: Path) -> list[str]:
+    """The per-stage budget: before (recorded; and measured again in this run, when it
+    was) and after (this run), side by side."""
+    recorded = json.loads(PROFILE_BEFORE.read_text()) if PROFILE_BEFORE.exists() else None
+    runs = [
+        ("before, recorded", recorded, ROOT / "docs" / "bench" / "flame-before.svg"),
+        ("before, this run", again, None),
+        ("after, this run", after, None),
+    ]
+    shown = [
+        (label, found, svg or where / found["svg"])
+        for label, found, svg in runs
+        if found is not None and "error" not in found
+    ]
+    if not shown:
+        return []
+    lines = [
+        "## Native worker: time per proposal by stage (py-spy)",
+        "",
+        "A native worker drains a pre-loaded input while py-spy samples it (250/s, waits "
+        "included): its main thread, where the loop runs, shares out its wall time by "
+        "stage, as microseconds per proposal (benchmarks/profile.py says which frames "
+        "go to which stage). **Before, recorded**: the profile taken of the worker before "
+        "issue 18's work (benchmarks/profile-before.json, kept as it was measured, on a "
+        "machine as busy as its load average says). **Before, this run**: the same "
+        "worker code, checked out and profiled again in this run. **After**: this "
+        "commit's worker.",
+        "",
+        "| stage | "
+        + " | ".join(f"{label} ({_profile_label(f)}) µs" for label, f, _ in shown)
+        + " |",
+        "|---|" + "---|" * len(shown),
+    ]
+    for stage in shown[0][1]["us_per_proposal"]:
+        cells = " | ".join(_fmt(f["us_per_proposal"].get(stage, 0.0), 1) for _, f, _ in shown)
+        lines.append(f"| {stage} | {cells} |")
+
+    def row(title: str, cell: Any) -> str:
+        return f"| {title} | " + " | ".join(cell(f) for _, f, _ in shown) + " |"
+
+    lines += [
+        row(
+            "**all (wall time per proposal)**",
+            lambda f: f"**{_fmt(sum(f['us_per_proposal'].values()), 1)}**",
+        ),
+        row("proposals/s while sampled", lambda f: _fmt(f["rate"])),
+        row("main thread busy (its CPU ÷ wall)", lambda f: _share(f["main_thread_busy"])),
+        row("worker process CPU, % of a core", lambda f: _share(f["worker_cpu"])),
+        row(
+            "machine load average (1 min)",
+            lambda f: f"{f['load_average'][0]:.1f}" if f.get("load_average") else "not recorded",
+        ),
+        row("proposals sampled / samples", lambda f: f"{f['proposals']:,} / {f['samples']:,}"),
+        "",
+    ]
+    links = ", ".join(
+        f"[{label}]({os.path.relpath(svg, where)})" for label, _, svg in shown if svg.exists()
+    )
+    if links:
+        lines += [f"Flame graphs of the main thread, coloured by stage: {links}.", ""]
+    return lines

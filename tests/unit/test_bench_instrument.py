@@ -1,0 +1,139 @@
+"""The benchmark's own arithmetic, without a broker: which stage a profiled sample goes
+to, how py-spy's raw output is read, how the outcome reader finds a proposal id, and
+what answered ÷ offered says of a contender that keeps up and of one that does not."""
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks.measure import Latency, _latency, answer_id
+from benchmarks.profile import STAGES, budget, classify, flame_svg, parse_raw
+
+pytestmark = pytest.mark.unit
+
+
+def _frame(func: str, path: str, line: int = 1) -> tuple[str, str, int]:
+    return (func, path, line)
+
+
+LOOP = (
+    _frame("Worker.run", "/r/processor/runtime/worker.py"),
+    _frame("Worker._step", "/r/processor/runtime/worker.py"),
+)
+
+
+def test_a_sample_goes_to_the_innermost_frame_a_rule_knows() -> None:
+    decide = (*LOOP, _frame("decide_record", "/r/processor/pipeline.py"))
+    # An intake helper no rule names goes to its caller's stage.
+    assert classify((*decide, _frame("header_value", "/r/processor/intake.py"))) == "decide"
+    assert classify((*decide, _frame("decode_proposal", "/r/processor/intake.py"))) == "decode"
+    assert (
+        classify(
+            (
+                *decide,
+                _frame("authenticate", "/r/processor/intake.py"),
+                _frame("_header", "/r/processor/intake.py"),  # a helper: its caller says
+            )
+        )
+        == "authenticate"
+    )
+    sealed = (*decide, _frame("decide", "/r/processor/engine/decide.py"))
+    assert classify(sealed) == "decide"
+    assert classify((*sealed, _frame("transition_hash", "/r/schemas/audit.py"))) == "hash"
+    assert classify((*sealed, _frame("dumps", "/v/site-packages/rfc8785/_impl.py"))) == "hash"
+    lookup = (*decide, _frame("PartitionTransaction.snapshot", "/r/processor/runtime/store.py"))
+    assert classify(lookup) == "stage"
+    commit = (*LOOP, _frame("Checkpoint.commit", "/r/processor/runtime/checkpoint.py"))
+    assert classify((*commit, _frame("PartitionStore.write", "/r/x/runtime/store.py"))) == (
+        "store flush"
+    )
+    observed = (*commit, _frame("Histogram.observe", "/v/site-packages/prometheus_client/m.py"))
+    assert classify(observed) == "metrics"
+    logged = (*commit, _frame("Logger.info", "/usr/lib/python3.11/logging/__init__.py"))
+    assert classify(logged) == "logs"
+    waiting = (
+        *commit,
+        _frame("TransactionalProducer.commit", "/r/processor/runtime/producer.py"),
+        _frame("bounded", "/r/processor/runtime/producer.py"),
+        _frame("Event.wait", "/usr/lib/python3.11/threading.py"),
+    )
+    assert classify(waiting) == "commit"
+    assert classify(()) == "other"
+
+
+def test_a_c_call_is_known_by_the_line_calling_it(tmp_path: Path) -> None:
+    source = tmp_path / "processor" / "runtime" / "producer.py"
+    source.parent.mkdir(parents=True)
+    source.write_text(
+        "def commit(self):\n"
+        "    self.client.flush(30)\n"
+        "    self.client.commit_transaction(30)\n"
+        "    self.client.produce(topic, value)\n"
+        "    for msg in self.consumer.consume(500, 0.05):\n"
+    )
+    path = str(source)
+    stage = [classify((*LOOP, _frame("commit", path, line))) for line in (2, 3, 4, 5)]
+    assert stage == ["producer flush", "commit", "produce", "consume"]
+
+
+def test_only_the_named_thread_is_read_from_pyspy_raw_output() -> None:
+    raw = (
+        "thread (7364): MainThread;run (/r/processor/runtime/worker.py:10);"
+        "decode_proposal (/r/processor/intake.py:20) 30\n"
+        "thread (7406): runstate-http;serve_forever (socketserver.py:1) 99\n"
+        "thread (7364): MainThread;run (/r/processor/runtime/worker.py:10) 10\n"
+        "garbage line\n"
+    )
+    stacks = parse_raw(raw)
+    assert sum(stacks.values()) == 40
+    per, samples = budget(stacks, seconds=2.0, proposals=1000)
+    assert samples["decode"] == 30 and samples["other"] == 10
+    assert list(per) == list(STAGES)
+    assert sum(per.values()) == pytest.approx(2.0 / 1000 * 1e6)  # the wall time, shared
+    svg = flame_svg(stacks, "a <title>")
+    assert svg.startswith("<svg") and "a &lt;title&gt;" in svg and "decode_proposal" in svg
+
+
+def test_the_reader_finds_the_proposal_id_by_bytes() -> None:
+    transition = b'{"schema_version":1,"run_id":"r","proposal_id":"p-9-1","event":"x"}'
+    assert answer_id(transition) == b"p-9-1"
+    assert answer_id(b'{"code":"conflict","proposal_id":null}') is None
+    assert answer_id(None) is None and answer_id(b"") is None
+
+
+class _Tail:
+    def __init__(self) -> None:
+        self.visible: list[float] = []
+        self.delays: list[float] = []
+        self.waiting: dict[bytes, float] = {}
+
+
+def _feed(rate: float, seconds: float, answer_at: float, per_s: float | None) -> Latency:
+    """A feed at `rate` for `seconds` in 2 ms ticks; each answer visible at the next
+    100 ms commit after `answer_at` seconds, or at `per_s` answers a second if given."""
+    tail, sends, began, sent, tick = _Tail(), [], 1000.0, 0, 0
+    while tick * 0.002 < seconds:
+        at = began + tick * 0.002
+        due = int(tick * 0.002 * rate) + 1
+        for n in range(sent, due):
+            ready = began + n / per_s if per_s else at + answer_at
+            seen = (int(max(ready, at + 0.05) * 10) + 1) / 10
+            tail.visible.append(seen)
+            tail.delays.append(seen - at)
+        sent = due
+        sends.append((at, sent))
+        tick += 1
+    return _latency(tail, sends, seconds, began + seconds, 0.1)  # type: ignore[arg-type]
+
+
+def test_answered_over_offered_is_one_when_kept_up_whatever_the_delay() -> None:
+    assert _feed(1000, 15, 0.2, None).answered_ratio == pytest.approx(1.0, abs=0.01)
+    # Answers later than the feed's first second: no lead-in counted as unanswered.
+    assert _feed(1000, 3, 0.8, None).answered_ratio == pytest.approx(1.0, abs=0.03)
+
+
+def test_answered_over_offered_is_the_contenders_rate_when_it_falls_behind() -> None:
+    found = _feed(1000, 15, 0.0, per_s=400)
+    assert found.answered_ratio == pytest.approx(0.4, abs=0.02)
+    assert found.achieved == pytest.approx(400, rel=0.05)
+    assert found.p50_ms > 5000
