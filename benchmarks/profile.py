@@ -111,12 +111,28 @@ def _frame_stage(func: str, path: str) -> str | None:
     if path.endswith(("runtime/store.py", "runtime/stores.py")):
         return "store flush" if name in ("write", "flush", "_drop_run") else "stage"
     if path.endswith("runtime/producer.py"):
-        committing = name in ("commit", "abort", "bounded", "abort_transaction")
+        committing = name in (
+            "commit",
+            "commit_here",
+            "start_commit",
+            "wait",
+            "_travel",
+            "abort",
+            "bounded",
+            "abort_transaction",
+        )
         return "commit" if committing else "produce"
     if path.endswith("runtime/checkpoint.py"):
-        return {"produce": "produce", "commit": "commit", "abort": "commit", "store": "stage"}.get(
-            name
-        )
+        return {
+            "produce": "produce",
+            "settled": "produce",  # the records held while the previous commit travelled
+            "commit": "commit",
+            "start_commit": "commit",
+            "finish_commit": "commit",
+            "wait_out": "commit",
+            "abort": "commit",
+            "store": "stage",
+        }.get(name)
     if "/processor/engine/" in path or path.endswith(
         ("processor/pipeline.py", "processor/partitioning.py")
     ):
@@ -126,8 +142,14 @@ def _frame_stage(func: str, path: str) -> str | None:
     return None
 
 
+_STORE_FLUSH = (".write", ".prepare", ".apply", "._drop_run")
+
+
 def classify(stack: Stack) -> str:
-    """The stage of one sample: the innermost frame a rule knows decides."""
+    """The stage of one sample: the innermost frame a rule knows decides; anything under
+    a store's batch being built or written is the store flush (its lookups included)."""
+    if any(f.endswith(_STORE_FLUSH) and p.endswith("runtime/store.py") for f, p, _ in stack):
+        return "store flush"
     if stack:
         _, path, line = stack[-1]
         called = _c_call(path, line)
