@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from processor.broker.provide import provide_broker
@@ -24,7 +24,7 @@ from processor.engine import Commit, decide
 from processor.machines import builtin_machines
 from processor.outputs import Source, outcome_records
 from processor.partitioning import partition_for
-from processor.runtime.restore import bulk_consumer, restore_partitions
+from processor.runtime.restore import restore_partitions
 from processor.runtime.store import PartitionStore
 from processor.topics import TopicNames, create_topics, plan_topics
 from schemas import Principal, Proposal
@@ -78,9 +78,22 @@ def fill(bootstrap: str, names: TopicNames, runs: int, partitions: int) -> None:
 
 
 def read_ceiling(bootstrap: str, names: TopicNames, partitions: int) -> tuple[int, float]:
-    """(records, seconds) of a consumer configured as restore's, reading every partition to
-    its end and touching each record's key, value and headers, with no store."""
-    consumer = bulk_consumer(KafkaSettings(bootstrap))
+    """(records, seconds) of a bare read-committed consumer with bulk fetch settings,
+    reading every partition to its end and touching each record's key, value and headers,
+    with no store. Its own settings, not restore's: a fixed peer across versions."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "restore-ceiling",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+            "fetch.max.bytes": 100 << 20,
+            "max.partition.fetch.bytes": 32 << 20,
+            "queued.max.messages.kbytes": 256 << 10,
+            "queued.min.messages": 1_000_000,
+        }
+    )
     try:
         consumer.assign([TopicPartition(names.changelog, p, 0) for p in range(partitions)])
         remaining, records = set(range(partitions)), 0

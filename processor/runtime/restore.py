@@ -30,8 +30,8 @@ from processor.runtime.store import ChangelogRecord, PartitionStore
 from processor.topics import TopicNames
 
 log = logging.getLogger("runstate.restore")
-#: Records per store write and per consume call: fewer, larger RocksDB batches and Python
-#: calls (5,000 by 1,000 made a 1M-run restore 2x slower than this).
+#: Records per store write and per consume call (were 5,000 and 1,000): fewer, larger
+#: RocksDB batches and fewer Python calls.
 _BATCH = 20_000
 _INDEX_HEADERS = (INDEX_HEADER, REVISION_HEADER)
 
@@ -131,9 +131,10 @@ def bulk_consumer(settings: KafkaSettings) -> Consumer:
                 "isolation.level": "read_committed",
                 "auto.offset.reset": "earliest",
             },
-            # Large fetches and a deep local queue: the broker's defaults (1 MB per
-            # partition, 64 MB queued) kept a bare reader of a 1M-run changelog at 143k
-            # records/s on the 2-core benchmark machine, these at 354k.
+            # Large fetches and a deep local queue: with librdkafka's defaults (1 MB per
+            # partition, 64 MB queued) a bare reader of a 1M-run changelog read 143k
+            # records/s on the 2-core benchmark machine, with large fetches 354k (same
+            # minute; that one queued up to 1 GB: 256 MB bounds what a restore holds).
             defaults={
                 "fetch.max.bytes": 100 << 20,
                 "max.partition.fetch.bytes": 32 << 20,
