@@ -89,8 +89,15 @@ def restore_partitions(
                         continue
                     raise KafkaException(err)
                 partition = msg.partition() or 0
-                # A snapshot's index header, or a history record's revision header.
-                header = index_header(msg.headers())
+                # A snapshot's index header, or a history record's revision header: the
+                # only header of the worker's records, so looked at first (a call per
+                # record was ~10% of a restore's profile).
+                headers = msg.headers()
+                if isinstance(headers, list) and len(headers) == 1:
+                    name, value = headers[0]
+                    header = value if name in _INDEX_HEADERS and isinstance(value, bytes) else None
+                else:
+                    header = index_header(headers)
                 records[partition].append((msg.key() or b"", msg.value(), header))
                 last[partition] = msg
                 pending += 1
