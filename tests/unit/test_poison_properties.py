@@ -40,7 +40,14 @@ from processor.outputs import (
 from processor.partitioning import partition_for
 from processor.pipeline import DeadLetterReason, Outcome, Placement, Seen, decide_record
 from processor.punctuator import NOT_FIRED, Fired
-from processor.runtime.store import InState, PartitionStore, PartitionTransaction, PreparedWrite
+from processor.runtime.restore import index_header
+from processor.runtime.store import (
+    ChangelogRecord,
+    InState,
+    PartitionStore,
+    PartitionTransaction,
+    PreparedWrite,
+)
 from processor.signatures import HEADER_KEY_ID, HEADER_SIGNATURE, HEADER_SIGNED_AT
 from processor.topics import TopicNames
 from schemas.audit import transition_hash
@@ -691,7 +698,8 @@ class Model:
         self.fired: dict[str, Fired] = {}
         self.committed: dict[tuple[str, str], int] = {}  # (run, proposal id) -> revision
         self.forgotten: dict[str, list[str]] = {}  # run -> proposal ids it had (retention)
-        self.changelog: list[tuple[bytes, bytes | None]] = []
+        # With the index header each record carries, as restore reads them.
+        self.changelog: list[ChangelogRecord] = []
 
     def offsets(self) -> dict[str, int]:
         return {TOPICS.changelog: len(self.changelog)}
@@ -750,6 +758,10 @@ def check_store(store: PartitionStore, model: Model, now_ms: int, page: int) -> 
     assert store.state_counts() == counts
 
 
+def _changelog(record: OutputRecord) -> ChangelogRecord:
+    return (record.key or b"", record.value, index_header(record.headers))
+
+
 def _propose(
     store: PartitionTransaction,
     model: Model,
@@ -768,7 +780,7 @@ def _propose(
         assert outcome.snapshot.revision == model.snapshots[run_id].revision
         store.stage_beat(outcome, out[-1].value)
         model.snapshots[run_id] = outcome.snapshot
-        model.changelog.append((out[-1].key or b"", out[-1].value))
+        model.changelog.append(_changelog(out[-1]))
         hypothesis.event("a heartbeat")
     if isinstance(outcome, Forget):
         store.stage_forget(run_id)
@@ -778,7 +790,7 @@ def _propose(
         model.forgotten.setdefault(run_id, []).extend(ids)
         for proposal_id in ids:
             del model.committed[(run_id, proposal_id)]
-        model.changelog += [(r.key or b"", r.value) for r in out if r.topic == TOPICS.changelog]
+        model.changelog += [_changelog(r) for r in out if r.topic == TOPICS.changelog]
         hypothesis.event("a run forgotten")
     if isinstance(outcome, Commit):
         model.committed[(run_id, outcome.transition.proposal_id)] = outcome.transition.revision
@@ -787,7 +799,7 @@ def _propose(
         store.stage(outcome, transition, snapshot)
         model.snapshots[run_id] = outcome.snapshot
         model.history.setdefault(run_id, []).append(outcome.transition)
-        model.changelog += [(r.key or b"", r.value) for r in out if r.topic == TOPICS.changelog]
+        model.changelog += [_changelog(r) for r in out if r.topic == TOPICS.changelog]
     return outcome
 
 
@@ -936,10 +948,12 @@ def _store_round_trip(
 
     # Restore a second store from the records the worker produced, in chunks as the
     # restorer reads them, optionally from a compacted changelog (latest per key).
-    changelog: list[tuple[bytes, bytes | None]] = list(model.changelog)
+    changelog = list(model.changelog)
+    if not data.draw(st.booleans(), label="with index headers"):  # as older runstates wrote
+        changelog = [(record[0], record[1]) for record in changelog]
     if data.draw(st.booleans(), label="compacted"):
-        last = {key: i for i, (key, _) in enumerate(changelog)}
-        changelog = [pair for i, pair in enumerate(changelog) if last[pair[0]] == i]
+        last = {record[0]: i for i, record in enumerate(changelog)}
+        changelog = [record for i, record in enumerate(changelog) if last[record[0]] == i]
     cuts = data.draw(st.lists(st.integers(0, len(changelog)), max_size=2), label="cuts")
     bounds = sorted({0, *cuts, len(changelog)})
     chunks = [changelog[a:b] for a, b in pairwise(bounds)]

@@ -1,6 +1,7 @@
 """The partition store under hostile conditions: its layout's version checked at open,
 records it cannot read skipped on restore, and its cache shared with HTTP threads."""
 
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -130,3 +131,34 @@ def test_restore_indexes_timers_behind_a_step_result_that_spells_the_field(
     store.restore([(b"r1", value)], {"changelog": 1})
     assert store.due_runs(done.snapshot.timers[0].due_at_ms) == ["r1"]
     store.close()
+
+
+_RESTORE_THEN_DIE = """
+import os, sys
+from pathlib import Path
+from processor.outputs import snapshot_index
+from processor.runtime.store import PartitionStore
+from tests.unit.driver import Driver
+
+store = PartitionStore(Path(sys.argv[1]))
+snapshot = Driver(run_id="r1").create("run_state").snapshot
+store.restore([(b"r1", snapshot.model_dump_json().encode(), snapshot_index(snapshot))], {"c": 5})
+if sys.argv[2] == "settle":
+    store.settle()
+os._exit(0)  # as a SIGKILL: no close
+"""
+
+
+@pytest.mark.parametrize("settled", [True, False])
+def test_a_restore_is_all_there_once_settled_and_at_worst_absent_before(
+    tmp_path: Path, settled: bool
+) -> None:
+    """Restore skips the write-ahead log: a process that dies before `settle` loses what
+    restore wrote, offsets included (so the next restore reads it again), never half."""
+    path = tmp_path / "p0"
+    argv = [sys.executable, "-c", _RESTORE_THEN_DIE, str(path), "settle" if settled else "-"]
+    subprocess.run(argv, check=True, cwd=Path(__file__).resolve().parents[2], timeout=120)
+    store = PartitionStore(path)
+    found = (store.offset("c"), store.committed_snapshot("r1") is not None)
+    store.close()
+    assert found == ((5, True) if settled else (None, False))
