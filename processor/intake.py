@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pydantic import ValidationError
+from pydantic_core import SchemaValidator
 
 from processor.engine.scope import Scope
 from processor.keyring import Keyring
@@ -23,7 +24,12 @@ from processor.signatures import (
     verify_ed25519,
     verify_hmac,
 )
-from schemas.base import describe_errors
+from schemas.base import (
+    OLDEST_SCHEMA_VERSION,
+    SCHEMA_VERSION,
+    VersionedMessage,
+    describe_errors,
+)
 from schemas.codes import RejectionCode
 from schemas.identifiers import is_name, is_proposal_id, is_run_id
 from schemas.messages import Principal, Proposal, Rejection
@@ -88,15 +94,13 @@ def authenticate(
     appended (not before its validity, not expired, not revoked), and the signature is
     fresh (signed at most the keyring's max age before the record was appended, at most
     its clock skew after)."""
-    repeated = [n for n in _SIGNATURE_HEADERS if _count(headers, n) > 1]
-    if repeated:
+    found = _signature_headers(headers)
+    if isinstance(found, str):
         return Unproven(
             RejectionCode.UNAUTHENTICATED,
-            f"header {repeated[0]} appears more than once: which one is signed is ambiguous",
+            f"header {found} appears more than once: which one is signed is ambiguous",
         )
-    key_id = _header(headers, HEADER_KEY_ID)
-    signature = _header(headers, HEADER_SIGNATURE)
-    signed_at = _header(headers, HEADER_SIGNED_AT)
+    key_id, signed_at, signature = found
     if key_id is None or signature is None:
         return Unproven(
             RejectionCode.UNAUTHENTICATED,
@@ -162,10 +166,32 @@ _LOWER_HEX = re.compile(r"[0-9a-f]{1,256}")
 _SIGNATURE_HEADERS = (HEADER_KEY_ID, HEADER_SIGNED_AT, HEADER_SIGNATURE)
 
 
-def _count(headers: Headers, name: str) -> int:
-    if headers is None or isinstance(headers, Mapping):
-        return 0 if headers is None or name not in headers else 1
-    return sum(1 for key, _ in headers if key == name)
+_SIGNATURE_INDEX = {name: i for i, name in enumerate(_SIGNATURE_HEADERS)}
+
+
+def _signature_headers(headers: Headers) -> tuple[str | None, str | None, str | None] | str:
+    """The key id, signed-at and signature headers (the first value of each that is
+    not None, as text), or the name of the first of them that appears more than once.
+    One pass over a record's headers: three scans per header each were a hot spot."""
+    if headers is None or isinstance(headers, Mapping):  # a mapping repeats nothing
+        key_id, signed_at, signature = (_header(headers, n) for n in _SIGNATURE_HEADERS)
+        return key_id, signed_at, signature
+    counts = [0, 0, 0]
+    values: list[bytes | str | None] = [None, None, None]
+    index = _SIGNATURE_INDEX.get
+    for name, raw in headers:
+        i = index(name)
+        if i is not None:
+            counts[i] += 1
+            if values[i] is None:
+                values[i] = raw
+    for i, count in enumerate(counts):
+        if count > 1:
+            return _SIGNATURE_HEADERS[i]
+    key_id, signed_at, signature = (
+        raw.decode(errors="replace") if isinstance(raw, bytes) else raw for raw in values
+    )
+    return key_id, signed_at, signature
 
 
 def decode_proposal(
@@ -179,7 +205,7 @@ def decode_proposal(
     if len(value) <= max_bytes:
         # The common case parses once; only a refused value is parsed again, to say why.
         try:
-            proposal = Proposal.model_validate_json(value)
+            proposal = _validate_proposal(value)
         except ValidationError as exc:
             invalid = exc
         else:
@@ -221,6 +247,50 @@ def decode_proposal(
     if invalid is None:
         return refuse(f"proposal is {len(value)} bytes; the limit is {max_bytes}")
     return refuse(describe_errors(invalid))
+
+
+def _unversioned_validator() -> SchemaValidator | None:
+    """Proposal's validator without the model-level schema_version check
+    (`VersionedMessage`): a model-level "before" validator makes pydantic turn the whole
+    JSON into Python objects first and validate those, a third of the cost of decoding
+    a proposal. Built from Proposal's own core schema (the same fields, constraints and
+    class), with that one step left out; None if the schema is not shaped as expected."""
+    schema = Proposal.__pydantic_core_schema__
+    model = schema.get("schema") if schema["type"] == "definitions" else schema
+    if not isinstance(model, dict) or model.get("cls") is not Proposal:
+        return None
+    check = model.get("schema")
+    if not isinstance(check, dict) or check.get("type") != "function-before":
+        return None
+    function = check.get("function", {}).get("function")
+    if getattr(function, "__func__", None) is not VersionedMessage._check_version.__func__:
+        return None
+    stripped = {**model, "schema": check["schema"]}
+    whole = {**schema, "schema": stripped} if schema["type"] == "definitions" else stripped
+    return SchemaValidator(whole)
+
+
+_UNVERSIONED = _unversioned_validator()
+_VERSIONED = Proposal.__pydantic_validator__
+
+
+def _validate_proposal(value: bytes) -> Proposal:
+    """`Proposal.model_validate_json(value)`: the same Proposal or the same error, faster.
+
+    The check the fast path leaves out only refuses a schema_version out of range and
+    otherwise hands the data on unchanged, so a value it validates with a version in
+    range is one Proposal validates to the same object. Anything else goes to Proposal
+    itself, for its verdict and its error."""
+    if _UNVERSIONED is not None:
+        try:
+            fast: Proposal = _UNVERSIONED.validate_json(value)
+        except ValidationError:
+            pass
+        else:
+            if OLDEST_SCHEMA_VERSION <= fast.schema_version <= SCHEMA_VERSION:
+                return fast
+    validated: Proposal = _VERSIONED.validate_json(value)
+    return validated
 
 
 # What a JSON number that is not finite looks like (the parser accepts NaN and Infinity,

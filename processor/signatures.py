@@ -53,7 +53,8 @@ def signed_base(
 
 
 def hmac_signature(secret: str, base: bytes) -> str:
-    return hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
+    # hmac.digest: OpenSSL's one-shot HMAC, a third of the cost of an hmac.new object.
+    return hmac.digest(secret.encode(), base, "sha256").hex()
 
 
 def ed25519_signature(private_key_hex: str, base: bytes) -> str:
