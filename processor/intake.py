@@ -12,7 +12,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pydantic import ValidationError
-from pydantic_core import SchemaValidator
 
 from processor.engine.scope import Scope
 from processor.keyring import Keyring
@@ -24,12 +23,7 @@ from processor.signatures import (
     verify_ed25519,
     verify_hmac,
 )
-from schemas.base import (
-    OLDEST_SCHEMA_VERSION,
-    SCHEMA_VERSION,
-    VersionedMessage,
-    describe_errors,
-)
+from schemas.base import describe_errors
 from schemas.codes import RejectionCode
 from schemas.identifiers import is_name, is_proposal_id, is_run_id
 from schemas.messages import Principal, Proposal, Rejection
@@ -205,7 +199,7 @@ def decode_proposal(
     if len(value) <= max_bytes:
         # The common case parses once; only a refused value is parsed again, to say why.
         try:
-            proposal = _validate_proposal(value)
+            proposal = Proposal.model_validate_json(value)
         except ValidationError as exc:
             invalid = exc
         else:
@@ -247,50 +241,6 @@ def decode_proposal(
     if invalid is None:
         return refuse(f"proposal is {len(value)} bytes; the limit is {max_bytes}")
     return refuse(describe_errors(invalid))
-
-
-def _unversioned_validator() -> SchemaValidator | None:
-    """Proposal's validator without the model-level schema_version check
-    (`VersionedMessage`): a model-level "before" validator makes pydantic turn the whole
-    JSON into Python objects first and validate those, a third of the cost of decoding
-    a proposal. Built from Proposal's own core schema (the same fields, constraints and
-    class), with that one step left out; None if the schema is not shaped as expected."""
-    schema = Proposal.__pydantic_core_schema__
-    model = schema.get("schema") if schema["type"] == "definitions" else schema
-    if not isinstance(model, dict) or model.get("cls") is not Proposal:
-        return None
-    check = model.get("schema")
-    if not isinstance(check, dict) or check.get("type") != "function-before":
-        return None
-    function = check.get("function", {}).get("function")
-    if getattr(function, "__func__", None) is not VersionedMessage._check_version.__func__:
-        return None
-    stripped = {**model, "schema": check["schema"]}
-    whole = {**schema, "schema": stripped} if schema["type"] == "definitions" else stripped
-    return SchemaValidator(whole)
-
-
-_UNVERSIONED = _unversioned_validator()
-_VERSIONED = Proposal.__pydantic_validator__
-
-
-def _validate_proposal(value: bytes) -> Proposal:
-    """`Proposal.model_validate_json(value)`: the same Proposal or the same error, faster.
-
-    The check the fast path leaves out only refuses a schema_version out of range and
-    otherwise hands the data on unchanged, so a value it validates with a version in
-    range is one Proposal validates to the same object. Anything else goes to Proposal
-    itself, for its verdict and its error."""
-    if _UNVERSIONED is not None:
-        try:
-            fast: Proposal = _UNVERSIONED.validate_json(value)
-        except ValidationError:
-            pass
-        else:
-            if OLDEST_SCHEMA_VERSION <= fast.schema_version <= SCHEMA_VERSION:
-                return fast
-    validated: Proposal = _VERSIONED.validate_json(value)
-    return validated
 
 
 # What a JSON number that is not finite looks like (the parser accepts NaN and Infinity,

@@ -2,11 +2,7 @@
 with its code, or (hostile-looking but valid input) a commit, never an exception (the
 pure pipeline, no broker)."""
 
-import json
 from collections import Counter
-
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from processor.engine import Commit
 from processor.keyring import generate_keyring
@@ -103,64 +99,3 @@ def test_each_hostile_kind_ends_as_its_outcome() -> None:
     )
     assert new_kinds <= set(kinds), sorted(new_kinds - set(kinds))
     assert len(kinds) >= 17 + len(new_kinds)
-
-
-_SCALARS = (
-    st.none()
-    | st.booleans()
-    | st.sampled_from([0, 1, 2, -1, 2**53, 2**64, 1.0, 1e400])
-    | st.integers()
-    | st.floats(allow_nan=True)
-    | st.text(max_size=8)
-    | st.sampled_from(["", "r1", "tool_result", "a b", "\x00", "\u0085", "é" * 70])
-)
-_JSON = st.recursive(
-    _SCALARS,
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
-    ),
-    max_leaves=6,
-)
-_OBJECTS = st.dictionaries(st.text(max_size=3), _JSON, max_size=3)
-#: Each field mostly valid, sometimes not, sometimes absent: proposals that validate,
-#: and ones that fail on one field, or on the version alone.
-_PROPOSALS = st.fixed_dictionaries(
-    {
-        "proposal_id": st.sampled_from(["p", "p", "p", "", "\x00", 7, "é" * 40, "é" * 70]),
-        "run_id": st.sampled_from(["r1", "r1", "r1", "", "\x7f", None, "é" * 100]),
-        "event": st.sampled_from(["tool_result", "tool_result", "create", "a b", "", 3]),
-    },
-    optional={
-        "schema_version": st.sampled_from([1, 1, 0, 2, -1, True, "1", 1.0, None, 2**70]),
-        "expected_revision": st.sampled_from([None, 0, 3, -1, 1.5, "3", True]),
-        "reason": st.sampled_from([None, "why", "", "x" * 300, 5]),
-        "payload": _OBJECTS | _OBJECTS | _JSON,
-        "metadata": _OBJECTS | _OBJECTS | _JSON,
-        "extra": _JSON,
-    },
-)
-
-
-@settings(max_examples=400, deadline=None)
-@given(_PROPOSALS)
-def test_decoding_validates_exactly_as_the_proposal_model(fields: dict[str, object]) -> None:
-    """decode_proposal's fast validation (Proposal's validator without its model-level
-    version check, which is done after) gives Proposal's own object or error."""
-    from pydantic import ValidationError
-
-    from processor.intake import _validate_proposal
-    from schemas.messages import Proposal
-
-    raw = json.dumps(fields).encode()
-    try:
-        expected: Proposal | str = Proposal.model_validate_json(raw)
-    except ValidationError as exc:
-        expected = str(exc)
-    try:
-        got: Proposal | str = _validate_proposal(raw)
-    except ValidationError as exc:
-        got = str(exc)
-    assert got == expected
-    if isinstance(got, Proposal) and isinstance(expected, Proposal):
-        assert type(got) is Proposal
-        assert got.model_fields_set == expected.model_fields_set
