@@ -293,7 +293,7 @@ def decide(
         return _reject(Code.GUARD_FAILED, failed_guard, proposal, principal, snapshot, now_ms)
 
     retry_count = snapshot.retry_count
-    retry = machine.spec.retry
+    retry = machine.retry
     if retry is not None and event == retry.event:
         retry_count += 1
         if retry_count > snapshot.max_retries:
@@ -571,7 +571,7 @@ def _commit(
     # has had a key deleted, as this one has once the window is full: 3x slower).
     recent = snapshot.recent_proposals.copy()
     recent[proposal.proposal_id] = revision
-    if len(recent) > machine.spec.dedupe_window:
+    if len(recent) > machine.dedupe_window:
         del recent[next(iter(recent))]  # oldest first: dicts keep insertion order
     values = dict(snapshot.__dict__)
     values["state"] = target

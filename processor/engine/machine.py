@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from processor.engine.lint import CHECKPOINT_EVENT, HEARTBEAT_EVENT, LintIssue, lint
 from processor.engine.steps import STEP_PAYLOADS
-from schemas.machine import EventSpec, Guard, MachineSpec, TransitionSpec
+from schemas.machine import EventSpec, Guard, MachineSpec, RetryPolicy, TransitionSpec
 from schemas.messages import CheckpointPayload, FactPayload
 
 
@@ -73,6 +73,10 @@ class Machine:
     #: finished with no retention): `decide` skips `arm_timers` for such runs there,
     #: which most commits are.
     quiet_states: frozenset[str] = frozenset()
+    #: `spec.dedupe_window` and `spec.retry`, read at every commit: an attribute of a
+    #: pydantic model costs several times one of this slotted dataclass.
+    dedupe_window: int = 0
+    retry: RetryPolicy | None = None
 
     @property
     def name(self) -> str:
@@ -176,6 +180,8 @@ def compile_machine(spec: MachineSpec) -> Machine:
         rules=rules,
         version=version_of(spec),
         quiet_states=_quiet_states(spec, retry_states),
+        dedupe_window=spec.dedupe_window,
+        retry=spec.retry,
     )
 
 
