@@ -88,15 +88,13 @@ def authenticate(
     appended (not before its validity, not expired, not revoked), and the signature is
     fresh (signed at most the keyring's max age before the record was appended, at most
     its clock skew after)."""
-    repeated = [n for n in _SIGNATURE_HEADERS if _count(headers, n) > 1]
-    if repeated:
+    found = _signature_headers(headers)
+    if isinstance(found, str):
         return Unproven(
             RejectionCode.UNAUTHENTICATED,
-            f"header {repeated[0]} appears more than once: which one is signed is ambiguous",
+            f"header {found} appears more than once: which one is signed is ambiguous",
         )
-    key_id = _header(headers, HEADER_KEY_ID)
-    signature = _header(headers, HEADER_SIGNATURE)
-    signed_at = _header(headers, HEADER_SIGNED_AT)
+    key_id, signed_at, signature = found
     if key_id is None or signature is None:
         return Unproven(
             RejectionCode.UNAUTHENTICATED,
@@ -162,10 +160,32 @@ _LOWER_HEX = re.compile(r"[0-9a-f]{1,256}")
 _SIGNATURE_HEADERS = (HEADER_KEY_ID, HEADER_SIGNED_AT, HEADER_SIGNATURE)
 
 
-def _count(headers: Headers, name: str) -> int:
-    if headers is None or isinstance(headers, Mapping):
-        return 0 if headers is None or name not in headers else 1
-    return sum(1 for key, _ in headers if key == name)
+_SIGNATURE_INDEX = {name: i for i, name in enumerate(_SIGNATURE_HEADERS)}
+
+
+def _signature_headers(headers: Headers) -> tuple[str | None, str | None, str | None] | str:
+    """The key id, signed-at and signature headers (the first value of each that is
+    not None, as text), or the name of the first of them that appears more than once.
+    One pass over a record's headers: three scans per header each were a hot spot."""
+    if headers is None or isinstance(headers, Mapping):  # a mapping repeats nothing
+        key_id, signed_at, signature = (_header(headers, n) for n in _SIGNATURE_HEADERS)
+        return key_id, signed_at, signature
+    counts = [0, 0, 0]
+    values: list[bytes | str | None] = [None, None, None]
+    index = _SIGNATURE_INDEX.get
+    for name, raw in headers:
+        i = index(name)
+        if i is not None:
+            counts[i] += 1
+            if values[i] is None:
+                values[i] = raw
+    for i, count in enumerate(counts):
+        if count > 1:
+            return _SIGNATURE_HEADERS[i]
+    key_id, signed_at, signature = (
+        raw.decode(errors="replace") if isinstance(raw, bytes) else raw for raw in values
+    )
+    return key_id, signed_at, signature
 
 
 def decode_proposal(

@@ -15,6 +15,7 @@ import logging
 import re
 import secrets
 import time
+from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Self
 
@@ -111,7 +112,7 @@ class KeyEntry(BaseModel):
 
     @property
     def principal(self) -> Principal:
-        return Principal(source=self.source, authority=self.authority)
+        return _principal(self.source, self.authority)
 
     def scope(self, key_id: str) -> Scope | None:
         if self.machines is None and self.run_prefixes is None:
@@ -128,6 +129,13 @@ class KeyEntry(BaseModel):
         if self.not_after_ms is not None and at_ms >= self.not_after_ms:
             return f"key id '{key_id}' expired at {self.not_after_ms}"
         return None
+
+
+@lru_cache(maxsize=1024)
+def _principal(source: str, authority: str) -> Principal:
+    """One Principal per pair, built once (frozen, so shared safely): every proposal
+    record is authenticated, and building and validating one each time was a hot spot."""
+    return Principal(source=source, authority=authority)
 
 
 #: How old a signature may be when its record is appended, and how far ahead of the

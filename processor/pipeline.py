@@ -20,7 +20,7 @@ from processor.intake import (
 from processor.keyring import Keyring
 from processor.partitioning import PARTITIONER_ADVICE, partition_for
 from schemas.codes import RejectionCode
-from schemas.messages import Proposal, Rejection, RunSnapshot
+from schemas.messages import Proposal, Rejection, RunSnapshot, Transition
 
 #: Default limit on a commit's records (the run's snapshot and its transition, as JSON).
 #: Kafka's clients and brokers take records of about 1 MB by default; this leaves room
@@ -132,10 +132,13 @@ def decide_record(
 def fit_commit(commit: Commit, current: RunSnapshot | None, limit: int) -> Commit | Rejection:
     """The commit with its records encoded, or `state_too_large` when one is over `limit`
     bytes: the broker would refuse it, and the run stays as it was."""
-    transition = commit.transition.model_dump_json().encode()
-    snapshot = commit.snapshot.model_dump_json().encode()
+    # model_dump_json's very bytes, from its serializer directly: model_dump_json
+    # decodes them to text, which was encoded back here.
+    transition = _TRANSITION_JSON(commit.transition)
+    snapshot = _SNAPSHOT_JSON(commit.snapshot)
     if len(transition) <= limit and len(snapshot) <= limit:
-        return commit._replace(encoded=(transition, snapshot))
+        # Built directly: NamedTuple._replace goes through a dict of the fields (4x slower).
+        return Commit(commit.snapshot, commit.transition, (transition, snapshot))
     what, size = (
         ("snapshot", len(snapshot)) if len(snapshot) > limit else ("transition", len(transition))
     )
@@ -159,6 +162,10 @@ def fit_commit(commit: Commit, current: RunSnapshot | None, limit: int) -> Commi
             at_ms=t.at_ms,
         )
     )
+
+
+_TRANSITION_JSON = Transition.__pydantic_serializer__.to_json
+_SNAPSHOT_JSON = RunSnapshot.__pydantic_serializer__.to_json
 
 
 def _shown(key: bytes) -> str:

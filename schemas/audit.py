@@ -126,12 +126,15 @@ def canonical_values(fields: dict[str, Any]) -> list[Any]:
         fields["at_ms"],
         fields["prev_hash"],
     ]
-    later = {
-        name: fields[name]
-        for name in ("machine_version", "heartbeat_at_ms")
-        if fields.get(name) is not None
-    }
-    if later:
+    # Written out rather than as a comprehension over the two names: this runs at
+    # every commit.
+    version, heartbeat = fields.get("machine_version"), fields.get("heartbeat_at_ms")
+    if version is not None or heartbeat is not None:
+        later = {}
+        if version is not None:
+            later["machine_version"] = version
+        if heartbeat is not None:
+            later["heartbeat_at_ms"] = heartbeat
         values.append(later)
     return values
 

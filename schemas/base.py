@@ -23,7 +23,7 @@ class WireModel(BaseModel):
         `model_construct` at a fifth of its cost; it dominated the engine's profile.
         """
         obj = _new(cls)
-        _set(obj, "__dict__", values)
+        _set_dict(obj, values)
         try:
             fields = _FIELD_SETS[cls]
         except KeyError:
@@ -40,7 +40,8 @@ class WireModel(BaseModel):
 
 
 _new = object.__new__
-_set = object.__setattr__
+# The slots' own setters, called directly: object.__setattr__ looked each up by name.
+_set_dict = BaseModel.__dict__["__dict__"].__set__
 _set_fields = BaseModel.__dict__["__pydantic_fields_set__"].__set__
 _set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
 _set_private = BaseModel.__dict__["__pydantic_private__"].__set__

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from processor.engine.lint import CHECKPOINT_EVENT, HEARTBEAT_EVENT, LintIssue, lint
 from processor.engine.steps import STEP_PAYLOADS
-from schemas.machine import EventSpec, Guard, MachineSpec, TransitionSpec
+from schemas.machine import EventSpec, Guard, MachineSpec, RetryPolicy, TransitionSpec
 from schemas.messages import CheckpointPayload, FactPayload
 
 
@@ -68,6 +68,15 @@ class Machine:
     rules: Mapping[str, EventRule] = field(repr=False)
     #: The digest of the spec's content (`version_of`): what a run is pinned to.
     version: str = ""
+    #: States in which a commit arms no timer unless the run sets its own approval or
+    #: heartbeat timeout (no retry or alert there, no timeout with a default duration;
+    #: finished with no retention): `decide` skips `arm_timers` for such runs there,
+    #: which most commits are.
+    quiet_states: frozenset[str] = frozenset()
+    #: `spec.dedupe_window` and `spec.retry`, read at every commit: an attribute of a
+    #: pydantic model costs several times one of this slotted dataclass.
+    dedupe_window: int = 0
+    retry: RetryPolicy | None = None
 
     @property
     def name(self) -> str:
@@ -158,6 +167,7 @@ def compile_machine(spec: MachineSpec) -> Machine:
         step_authorities, (), CheckpointPayload, is_step=False, is_checkpoint=True
     )
     retry_event = spec.retry.event if spec.retry is not None else None
+    retry_states = frozenset(t.source for t in spec.transitions if t.event == retry_event)
     return Machine(
         spec=spec,
         edges={(t.source, t.event): _edge(t) for t in spec.transitions},
@@ -165,8 +175,26 @@ def compile_machine(spec: MachineSpec) -> Machine:
         step_states=frozenset(spec.step_states),
         step_authorities=step_authorities,
         create_authorities=frozenset(spec.create_authorities),
-        retry_states=frozenset(t.source for t in spec.transitions if t.event == retry_event),
+        retry_states=retry_states,
         events=dict(spec.events),
         rules=rules,
         version=version_of(spec),
+        quiet_states=_quiet_states(spec, retry_states),
+        dedupe_window=spec.dedupe_window,
+        retry=spec.retry,
+    )
+
+
+def _quiet_states(spec: MachineSpec, retry_states: frozenset[str]) -> frozenset[str]:
+    """The states where `arm_timers` returns no timer for a run without approval or
+    heartbeat timeouts of its own (see its branches)."""
+    terminal = set(spec.terminal)
+    timed = {t.state for t in spec.timeouts if t.after_ms is not None}
+    timed |= {a.state for a in spec.alerts}
+    if spec.retry is not None:
+        timed |= retry_states
+    return frozenset(
+        state
+        for state in spec.states
+        if (spec.retention_ms is None if state in terminal else state not in timed)
     )

@@ -156,3 +156,43 @@ def test_deadline_lint() -> None:
     assert any(
         "which authority 'runtime' (the worker's timers) may not send" in p for p in problems
     )
+
+
+def test_quiet_states_arm_nothing_for_runs_without_timeouts_of_their_own() -> None:
+    """`decide` skips `arm_timers` in a machine's quiet states for runs that set no
+    approval or heartbeat timeout: there it must return nothing, whatever the counts, the
+    times and a retry backoff of the run's own; and every other state must be able to
+    arm something (else the set is needlessly small)."""
+    from processor.engine.parse import parse_machine
+    from processor.engine.timers import arm_timers
+    from processor.machines import builtin_machines, builtin_source
+    from schemas.messages import Deadlines
+
+    machines = [
+        *builtin_machines().values(),
+        parse_machine(
+            builtin_source("task_lifecycle").replace(
+                "name: task_lifecycle", "name: kept\nretention_ms: 5"
+            )
+        ),
+        parse_machine(GOOD),
+    ]
+    for machine in machines:
+        for state in machine.spec.states:
+            armed = set()
+            for retry_count in (0, 1, 5, 50):
+                for own in (Deadlines(), Deadlines(retry_backoff_ms=7)):
+                    timers = arm_timers(
+                        machine,
+                        run_id="r",
+                        state=state,
+                        revision=3,
+                        entered_state_at_ms=1_000,
+                        updated_at_ms=2_000,
+                        heartbeat_at_ms=None,
+                        retry_count=retry_count,
+                        max_retries=3,
+                        deadlines=own,
+                    )
+                    armed.update(t.name for t in timers)
+            assert (state in machine.quiet_states) == (not armed), (machine.name, state, armed)
