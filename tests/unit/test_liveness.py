@@ -3,7 +3,7 @@
 import pytest
 
 from processor.audit import Record, verify_partition
-from processor.engine import Beat, Commit
+from processor.engine import Beat, Commit, decide
 from processor.keyring import generate_keyring, signing_key_from
 from processor.machines import builtin_machines
 from processor.pipeline import RunsInMemory, decide_record
@@ -200,3 +200,36 @@ def test_a_rebuild_takes_the_liveness_from_the_heartbeats_answers() -> None:
     assert moved == {"run-7"} and replayed.snapshots["run-7"] == run.snapshot
     # answers of an earlier revision change nothing
     assert apply_heartbeats(MACHINES, replayed.snapshots, beats[:3]) == set()
+
+
+def test_the_store_is_asked_for_a_proposal_id_only_once_the_window_let_ids_go() -> None:
+    """Every id a run committed is in its snapshot's window until the window is full;
+    only then can a new id be an old one, and only then is the store asked."""
+    run = Driver()
+    window = run.machines["owned_run"].dedupe_window
+    run.create("owned_run")
+    run.commit("run_started")
+    asked: list[str] = []
+
+    def seen(proposal_id: str) -> int | None:
+        asked.append(proposal_id)
+        return run.committed.get(proposal_id)
+
+    for n in range(window + 3):
+        snapshot = run.snapshot
+        assert snapshot is not None
+        complete = len(snapshot.recent_proposals) == snapshot.revision + 1
+        proposal = Proposal(
+            proposal_id=f"fact-{n}",
+            run_id=run.run_id,
+            event="tool_result",
+            payload={"fact": f"f{n}=1"},
+        )
+        asked.clear()
+        decision = decide(run.machines, snapshot, proposal, TOOL, run.now, seen)
+        assert isinstance(decision, Commit), decision
+        assert asked == ([] if complete else [f"fact-{n}"]), (n, snapshot.revision)
+        run.commit("tool_result", TOOL, payload={"fact": f"f{n}=1"}, proposal_id=f"fact-{n}")
+    assert not complete  # the window did let ids go, and the store was asked
+    first = run.refuse("tool_result", TOOL, payload={"fact": "x=1"}, proposal_id="p1")
+    assert first.code is RejectionCode.DUPLICATE  # the create's id: out of the window
