@@ -368,6 +368,8 @@ class PartitionStore:
         for run_id, old in zip(changed, olds, strict=True):
             old = None if run_id in changes.forgotten else old  # deleted above, as for states
             timers = _timers_of(changes.snapshot(run_id))
+            if not timers and old in (None, _NO_DUES):
+                continue  # no timers before or now: nothing to move (nor a fired mark read)
             self._reindex(batch, run_id, timers, changes.fired(run_id), old)
         return PreparedWrite(self, batch, changes, counts)
 
@@ -597,15 +599,18 @@ class PartitionStore:
     ) -> None:
         """Point the due-time index at the run's timers (due, revision, name) that have
         not fired; `old` is what the index held for the run."""
-        if old is not None and old != _NO_DUES:
-            for due in json.loads(old):
-                batch.delete(_timer_key(due, run_id))
         dues = sorted(
             {due for due, revision, name in timers if not fired.covers(revision, name, due)}
         )
+        encoded = json.dumps(dues).encode() if dues else _NO_DUES
+        if encoded == (_NO_DUES if old is None else old):
+            return  # the same due times: most commits keep the run's timers
+        if old is not None and old != _NO_DUES:
+            for due in json.loads(old):
+                batch.delete(_timer_key(due, run_id))
         for due in dues:
             batch.put(_timer_key(due, run_id), b"")
-        batch.put(_TIMER_OF + run_id.encode(), json.dumps(dues).encode() if dues else _NO_DUES)
+        batch.put(_TIMER_OF + run_id.encode(), encoded)
 
     def _remember(self, snapshot: RunSnapshot) -> None:
         with self._cache_lock:
