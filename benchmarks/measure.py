@@ -90,6 +90,8 @@ class Tail:
         self.visible: list[float] = []  # when each timed answer became visible
         self.first_seen: float | None = None  # when the first answer became visible
         self.answered = 0  # awaited proposals answered so far
+        self.refused = 0  # ... of them by a rejection or a DLQ record
+        self._transitions = setup.names.transitions
         self._alive_at = 0.0
 
     def expect(self, records: Sequence[RawRecord], sent_at: float = 0.0) -> None:
@@ -111,6 +113,10 @@ class Tail:
         before = len(waiting)
         for msg in messages:
             sent_at = waiting.pop(answer_id(msg.value()), None)  # type: ignore[arg-type]
+            if sent_at is None:
+                continue
+            if msg.topic() != self._transitions:
+                self.refused += 1
             if sent_at:
                 delays.append(seen - sent_at)
                 visible.append(seen)
@@ -159,6 +165,7 @@ class Drain:
     peak_mb: float  # the contender's peak resident memory
     bench_cpu: float  # this process's CPU while the contender drained, share of a core
     contender_cpu: float  # the contender's CPU over the same span, share of a core
+    refused: float  # share of the input answered by a rejection or a DLQ record
 
 
 def drain(
@@ -190,7 +197,8 @@ def drain(
         assert tail.first_seen is not None
         span = time.time() - tail.first_seen
         used = (running.cpu_seconds() - used) / (time.monotonic() - began)
-        return Drain(len(records) / span, running.memory_mb("VmHWM"), clock.share(), used)
+        refused = tail.refused / len(records)
+        return Drain(len(records) / span, running.memory_mb("VmHWM"), clock.share(), used, refused)
     finally:
         tail.close()
         running.stop()

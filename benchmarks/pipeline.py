@@ -191,6 +191,7 @@ def throughput(
     """Drain rates (and peak memory, and this process's CPU meanwhile) per contender,
     interleaved over the repeats; and two native workers in one group, when asked."""
     names = [*chosen, *([] if args.no_pair else ["native ×2"])]
+    expected_refused = refused_share(bench.keyring, records)
     rates: dict[str, list[float]] = {name: [] for name in names}
     peaks: dict[str, list[float]] = {name: [] for name in names}
     cpus: dict[str, list[float]] = {name: [] for name in names}
@@ -206,6 +207,7 @@ def throughput(
                 pair = name == "native ×2"
                 start = NATIVE_PAIR if pair else CONTENDERS[name]
                 result = drain(setup, start, mine, PARTITIONS, started_first=pair)
+                same_rules(name, result.refused, expected_refused)
                 rates[name].append(result.rate)
                 peaks[name].append(result.peak_mb)
                 cpus[name].append(result.bench_cpu)
@@ -339,6 +341,19 @@ def engine(n: int, rounds: int, console: Console) -> dict[str, Any]:
     figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     console.print(f"engine: {figures['commits']:,.0f} commits/s, {figures['mixed']:,.0f} mixed/s")
     return figures
+
+
+def same_rules(name: str, refused: float, expected: float) -> None:
+    """Every contender but the passthrough applies the same rules, so it refuses the
+    share of the input the rules refuse. A peer that refused everything as
+    `unauthenticated` (it passed decide_record another topic than the one the input was
+    signed for) drained fast and was reported as faster than the worker."""
+    if name != "ceiling" and abs(refused - expected) > 0.05:
+        raise RuntimeError(
+            f"{name} refused {refused:.1%} of the input, the rules refuse {expected:.1%}: "
+            "it does not decide as the worker does; read its outcomes on the rejections "
+            "topic (their codes say why)"
+        )
 
 
 def refused_share(keyring: Keyring, records: list[RawRecord]) -> float:

@@ -58,7 +58,7 @@ def main() -> None:
             value,
             headers or [],
             timestamp,
-            topic="runstate.proposals",
+            topic=names.proposals,
             keyring=ring,
             machines=machines,
             lookup=lambda _run_id: snapshot,
@@ -71,7 +71,8 @@ def main() -> None:
         source = Source(names.proposals, where.partition, where.offset, key, value, timestamp)
         records = outcome_records(names, outcome, source)
         if isinstance(outcome, Commit):
-            state.set(SNAPSHOT, records[1].value.decode())  # Quix changelogs it
+            # The run's snapshot, last of a commit's records (Quix changelogs it).
+            state.set(SNAPSHOT, records[-1].value.decode())
         return [r for r in records if r.topic != names.changelog]
 
     sdf = app.dataframe(proposals)

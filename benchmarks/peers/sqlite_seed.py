@@ -106,7 +106,7 @@ def main() -> None:
                 msg.value(),
                 msg.headers(),
                 timestamp,
-                topic="runstate.proposals",
+                topic=msg.topic() or names.proposals,
                 keyring=ring,
                 machines=machines,
                 lookup=db.load,
@@ -118,12 +118,12 @@ def main() -> None:
             source = Source(
                 msg.topic() or "", partition, msg.offset() or 0, msg.key(), msg.value(), timestamp
             )
-            for record in outcome_records(names, outcome, source):
-                if record.topic == names.changelog:
-                    assert isinstance(outcome, Commit)
-                    db.save(outcome, record.value)
-                else:
+            records = outcome_records(names, outcome, source)
+            for record in records:
+                if record.topic != names.changelog:
                     producer.produce(record.topic, record.value, record.key, partition=partition)
+            if isinstance(outcome, Commit):  # its new snapshot is its last record
+                db.save(outcome, records[-1].value or b"")
             producer.poll(0)
         if time.monotonic() - committed >= COMMIT_INTERVAL_S:
             producer.flush(30)
