@@ -142,8 +142,9 @@ class TransactionalProducer:
         self, offsets: list[TopicPartition], group_metadata: object
     ) -> "CommitInFlight":
         """`commit`, in another thread: a commit is mostly round trips to the brokers, and
-        the worker's loop only waited for them (7-13 % of its time in a profile of a
-        drain). Nothing may be produced until it is over (`wait`)."""
+        the worker's loop only waited for them (4 % of its time in a profile of a drain
+        on a quiet machine, 13-22 % on a loaded one). Nothing may be produced until it
+        is over (`wait`)."""
         self.committing = True
         return CommitInFlight(self, offsets, group_metadata)
 
