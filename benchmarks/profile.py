@@ -129,7 +129,6 @@ def _frame_stage(func: str, path: str) -> str | None:
             "commit": "commit",
             "start_commit": "commit",
             "finish_commit": "commit",
-            "wait_out": "commit",
             "abort": "commit",
             "store": "stage",
         }.get(name)

@@ -1,7 +1,7 @@
 """One Kafka transaction of the worker as one object: what it consumed, what it staged
 in the partition stores, what it observed for the metrics and what it will log.
 
-`commit()` runs the documented order:
+`start_commit()` and `finish_commit()` run the documented order:
 1. the outcomes were produced into the open transaction as they were decided;
 2. the consumed offsets are added to the transaction (EOS v2: the group's metadata);
 3. the transaction commits;
@@ -135,12 +135,6 @@ class Checkpoint:
         """partition -> (first offset, next offset) consumed in this transaction."""
         return {p: (first, self._next.get(p, first + 1)) for p, first in self._first.items()}
 
-    def commit(self, group_metadata: object) -> dict[int, int]:
-        """Commit, then move the stores (see the module doc). Returns the partitions'
-        committed next offsets. Raises KafkaException: abort then."""
-        self.start_commit(group_metadata)
-        return self.finish_commit()
-
     def start_commit(self, group_metadata: object) -> None:
         """Steps 2 and 3 in another thread; meanwhile, the stores' batches are built here
         (the caller may go on deciding into the next checkpoint: see `settled`)."""
@@ -173,14 +167,6 @@ class Checkpoint:
         self.metrics.committed(self.observed, time.perf_counter() - self._began, self.records)
         log_outcomes(self._to_log)
         return dict(self._next)
-
-    def wait_out(self) -> None:
-        """Wait for a commit in flight to end, however it ends (before an abort)."""
-        if self._in_flight is not None:
-            try:
-                self._in_flight.wait()
-            except Exception as exc:  # the abort that follows is what answers it
-                log.debug("the commit before the abort failed: %r", exc)
 
     def abort(self) -> None:
         """Abort the transaction; nothing staged here reaches a store."""

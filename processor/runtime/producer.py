@@ -133,15 +133,10 @@ class TransactionalProducer:
                     ) from None
                 self.client.poll(0.05)
 
-    def commit(self, offsets: list[TopicPartition], group_metadata: object) -> None:
-        """Flush, add the consumed `offsets` (EOS v2: with the group's metadata) and commit.
-        Raises KafkaException when the transaction cannot commit; abort it then."""
-        self.start_commit(offsets, group_metadata).wait()
-
     def start_commit(
         self, offsets: list[TopicPartition], group_metadata: object
     ) -> "CommitInFlight":
-        """`commit`, in another thread: a commit is mostly round trips to the brokers, and
+        """`commit_here`, in another thread: a commit is mostly round trips to the brokers, and
         the worker's loop only waited for them (4 % of its time in a profile of a drain
         on a quiet machine, 13-22 % on a loaded one). Nothing may be produced until it
         is over (`wait`)."""
@@ -149,7 +144,9 @@ class TransactionalProducer:
         return CommitInFlight(self, offsets, group_metadata)
 
     def commit_here(self, offsets: list[TopicPartition], group_metadata: object) -> None:
-        """`commit`, on the calling thread."""
+        """Flush, add the consumed `offsets` (EOS v2: with the group's metadata) and commit,
+        on the calling thread. Raises KafkaException when the transaction cannot commit;
+        abort it then."""
         if self.client.flush(30) > 0:
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "flush timed out"))
         if self._delivery_error is not None:
