@@ -66,6 +66,9 @@ class KafkaSettings:
             "bootstrap.servers": self.bootstrap_servers,
             # librdkafka's info lines (disconnects at exit) are noise for users.
             "log_level": 4,
+            # A broker back from a restart is reached within a second: librdkafka's
+            # reconnect backoff otherwise grows to 10 s, all of it added to a failover.
+            "reconnect.backoff.max.ms": 1000,
             **(defaults or {}),
             **self.client_config,
             **(overrides or {}),

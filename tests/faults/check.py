@@ -108,7 +108,6 @@ class Outputs:
     values: dict[Signature, list[bytes]]  # the published records of each signature
     transitions: list[Transition]
     snapshots: dict[str, RunSnapshot]
-    times: dict[int, list[float]]  # partition -> outcome timestamps (s)
     heartbeats: list[Heartbeat] = field(default_factory=list)
 
     def replayed(self) -> Replayed:
@@ -136,7 +135,6 @@ def outputs(env: Env) -> Outputs:
     transitions: list[Transition] = []
     heartbeats: list[Heartbeat] = []
     snapshots: dict[str, RunSnapshot] = {}
-    times: dict[int, list[float]] = defaultdict(list)
     topics = [t.transitions, t.rejections, t.dlq, t.changelog, t.heartbeats]
     for msg in read_topics(KafkaSettings(env.bootstrap), topics):
         topic, value = msg.topic(), msg.value()
@@ -157,10 +155,9 @@ def outputs(env: Env) -> Outputs:
         else:
             letter = DeadLetter.model_validate_json(value)
             sig = ("dlq", letter.partition, letter.offset)
-        times[msg.partition()].append(msg.timestamp()[1] / 1000)
         signatures[sig] += 1
         values[sig].append(value)
-    return Outputs(signatures, values, transitions, snapshots, times, heartbeats)
+    return Outputs(signatures, values, transitions, snapshots, heartbeats)
 
 
 def _normal(sig: Signature, value: bytes) -> bytes:
@@ -225,21 +222,10 @@ def http_snapshots(
     return out
 
 
-def recovery_seconds(fault_times: list[float], times: dict[int, list[float]]) -> list[float]:
-    """Per fault, until every partition that published after it published again."""
-    out = []
-    for at in fault_times:
-        firsts = [min((t for t in ts if t > at), default=None) for ts in times.values()]
-        waits = [f - at for f in firsts if f is not None]
-        out.append(round(max(waits), 2) if waits else 0.0)
-    return out
-
-
 def check(
     row: Row,
     env: Env,
     workers: list[WorkerProcess],
-    fault_times: list[float],
     partitions: int = 3,
     settle: float = 240.0,
 ) -> Row:
@@ -293,5 +279,4 @@ def check(
             row.examples.append(f"{run_id}: HTTP {str(served[run_id])[:80]}")
     row.mismatched = len(bad)
     row.lag_zero = lag_returns_to_zero(env, truth.last_offsets)
-    row.recovery_s = recovery_seconds(fault_times, got.times)
     return row

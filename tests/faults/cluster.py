@@ -118,6 +118,7 @@ class Feeder(threading.Thread):
         super().__init__(daemon=True)
         self.env, self.records, self.rate = env, records, rate
         self.sent = 0
+        self.last_sent = 0.0  # wall clock of the last record's send
         self.error: BaseException | None = None
 
     def run(self) -> None:
@@ -133,6 +134,7 @@ class Feeder(threading.Thread):
                         time.sleep(ahead)
                 client.send_raw(record.key, record.value, record.headers)  # type: ignore[arg-type]
                 self.sent = n + 1
+            self.last_sent = time.time()
             client.flush(300)
         except BaseException as exc:  # reported by the scenario
             self.error = exc

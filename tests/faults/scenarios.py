@@ -14,6 +14,7 @@ from confluent_kafka.admin import AdminClient
 
 from processor.broker.launcher import start_broker
 from processor.topics import TopicNames, create_topics, plan_topics
+from tests.faults.arrivals import Arrivals, recovery_seconds
 from tests.faults.check import Row, check
 from tests.faults.cluster import Cluster, Feeder, signed_records
 from tests.faults.hostile import hostile_records, mix
@@ -75,10 +76,12 @@ def _run(
         )
     rate = size.rate if runtime == "native" else size.rate / 5
     feeder = Feeder(env, records, rate)
+    arrivals = Arrivals(env)
     started = time.monotonic()
     row = Row(name, runtime, len(records), 0)
     try:
         cluster.wait_owned(PARTITIONS)
+        arrivals.begin()
         feeder.start()
         fault_times = faults(feeder, cluster, rng)
         feeder.join()
@@ -87,9 +90,16 @@ def _run(
         cluster.note_crashes()
         row.faults = len(fault_times)
         cluster.wait_owned(PARTITIONS)
-        check(row, env, cluster.live(), fault_times, PARTITIONS)
+        check(row, env, cluster.live(), PARTITIONS)
         cluster.note_crashes()
+        arrivals.end()
+        if arrivals.error is not None:
+            raise arrivals.error
+        # Stalls that began in the feed's last half second are the feed ending.
+        until = feeder.last_sent - 0.5
+        row.recovery_s = recovery_seconds(fault_times, arrivals.times, until)
     finally:
+        arrivals.end()
         cluster.close()
         row.crashes = len(cluster.crashes)
         row.self_restarts = cluster.self_restarts()
