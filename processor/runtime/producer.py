@@ -21,17 +21,25 @@ from processor.errors import ClientBroken, ClientHung
 
 # How long past its own timeout a transactional call may take before it counts as hung.
 HUNG_AFTER_S = 5.0
-# send_offsets_to_transaction's own timeout: past the transaction timeout (10 s by
-# default) the coordinator aborts the transaction anyway.
-SEND_OFFSETS_TIMEOUT_S = 10.0
+# send_offsets_to_transaction's own timeout. It takes milliseconds when it works; when
+# the group coordinator moved it can block for good (librdkafka #5511), and every second
+# of this bound is a second of the failover (the producer is replaced after it).
+SEND_OFFSETS_TIMEOUT_S = 3.0
+# How long past its own timeout send_offsets_to_transaction may take.
+SEND_OFFSETS_HUNG_AFTER_S = 2.0
 QUEUE_FULL_LIMIT_S = 60.0
 
 Headers = list[tuple[str, str | bytes | None]]
+_PURGED = {KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT}
 log = logging.getLogger("runstate.worker")
 
 
-def bounded(what: str, call: Callable[[], object], timeout_s: float) -> None:
-    """Run a blocking librdkafka call, raising ClientHung if it outlives its timeout."""
+def bounded(
+    what: str, call: Callable[[], object], timeout_s: float, grace_s: float | None = None
+) -> None:
+    """Run a blocking librdkafka call, raising ClientHung if it outlives its timeout by
+    `grace_s` (HUNG_AFTER_S unless given)."""
+    grace_s = HUNG_AFTER_S if grace_s is None else grace_s
     done = threading.Event()
     failure: list[BaseException] = []
 
@@ -44,8 +52,8 @@ def bounded(what: str, call: Callable[[], object], timeout_s: float) -> None:
             done.set()
 
     threading.Thread(target=target, name=f"runstate-{what}", daemon=True).start()
-    if not done.wait(timeout_s + HUNG_AFTER_S):
-        raise ClientHung(f"{what} has not returned after {timeout_s + HUNG_AFTER_S:.0f}s")
+    if not done.wait(timeout_s + grace_s):
+        raise ClientHung(f"{what} has not returned after {timeout_s + grace_s:.0f}s")
     if failure:
         raise failure[0]
 
@@ -95,8 +103,13 @@ class TransactionalProducer:
         self._delivery_error: KafkaError | None = None
 
     def init(self) -> None:
-        """Fence (abort) whatever a previous run of this transactional id left open."""
-        self.client.init_transactions(60)
+        """Fence (abort) whatever a previous run of this transactional id left open.
+        ClientBroken when it cannot, ClientHung when the call outlives its timeout."""
+        client = self.client
+        try:
+            bounded("init_transactions", lambda: client.init_transactions(60), 60)
+        except KafkaException as exc:
+            raise ClientBroken(f"the producer could not start its transactions: {exc}") from exc
 
     def begin(self) -> None:
         if not self.open:
@@ -159,6 +172,7 @@ class TransactionalProducer:
                     offsets, group_metadata, SEND_OFFSETS_TIMEOUT_S
                 ),
                 SEND_OFFSETS_TIMEOUT_S,
+                SEND_OFFSETS_HUNG_AFTER_S,
             )
         commit = self.client.commit_transaction
         for attempt in range(5):
@@ -196,7 +210,10 @@ class TransactionalProducer:
 
     def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
-            self._delivery_error = err
+            # Purged by an abort: reports of the transaction that is over, which arrive
+            # late; they made the next transaction's commit fail for nothing.
+            if err.code() not in _PURGED:
+                self._delivery_error = err
             return
         key = (msg.topic() or "", msg.partition() or 0)
         offset = msg.offset() or 0

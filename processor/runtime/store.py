@@ -421,6 +421,10 @@ class PartitionStore:
         loses a suffix of what restore wrote, offsets included (they are in the same
         batches, and memtables reach disk in order), so the next restore reads it again.
         """
+        # A store catching up (the worker replaced its producer) may hold snapshots the
+        # changelog has moved past since.
+        with self._cache_lock:
+            self._cache.clear()
         batch = WriteBatch(raw_mode=True)
         counts = self._restore_counts()
         latest: dict[str, bytes | None] = {}

@@ -49,6 +49,11 @@ class StoreRegistry:
                 if store is not None:
                     store.close()
 
+    def take(self, partitions: list[int]) -> dict[int, PartitionStore]:
+        """The partitions' stores, no longer owned but still open (to catch up)."""
+        with self.lock:
+            return {p: self._stores.pop(p) for p in partitions if p in self._stores}
+
     def close(self) -> None:
         self.drop(list(self._stores))
 

@@ -124,6 +124,9 @@ class Worker:
         self.consumer: Consumer | None = None
         # Kept until the process ends, also when broken (see producer.py).
         self.producer: TransactionalProducer | None = None
+        #: Producers given up on (a call hung): referenced until the process ends, since
+        #: destroying one blocks for as long as its hung call (see producer.py).
+        self._retired: list[TransactionalProducer] = []
         self.checkpoint: Checkpoint | None = None
         # The previous checkpoint while its commit travels; `checkpoint` decides meanwhile.
         self.committing: Checkpoint | None = None
@@ -141,12 +144,7 @@ class Worker:
         # a changed partition count stops the worker (see identity.py).
         found = identity.current(AdminClient(settings.client()), self.topics, self.partitions)
         identity.reconcile(self.state_dir.root, found, self.state_dir.stores())
-        self.producer = TransactionalProducer(
-            settings,
-            f"{self.config.group_id}-{self.worker_id}",
-            self.config.transaction_timeout_ms,
-        )
-        self.producer.init()
+        self.producer = self._new_producer()
         self.checkpoint = self._new_checkpoint()
         self.consumer = Consumer(
             settings.client(
@@ -186,6 +184,16 @@ class Worker:
             self.partitions,
         )
 
+    def _new_producer(self) -> TransactionalProducer:
+        """The transactional producer, its id's previous transaction ended (fenced)."""
+        producer = TransactionalProducer(
+            self.config.kafka,
+            f"{self.config.group_id}-{self.worker_id}",
+            self.config.transaction_timeout_ms,
+        )
+        producer.init()
+        return producer
+
     def _new_checkpoint(self, after: Checkpoint | None = None) -> Checkpoint:
         assert self.producer is not None
         return Checkpoint(self.producer, self.stores, self.topics, self.metrics, after)
@@ -217,6 +225,8 @@ class Worker:
                     if not self.producer.open:
                         raise
                     self._abort(f"transaction failed: {exc}", exc.args[0])
+                except ClientBroken as exc:
+                    self._replace_producer(str(exc))
             self._commit()
         except ClientBroken:
             # Its clients may block in any further call, their destructors too: they stay
@@ -468,6 +478,9 @@ class Worker:
         checkpoint = self.checkpoint
         assert checkpoint is not None
         committing, self.committing = self.committing, None
+        # First: whatever fails below (a hung call gives up on the producer), nothing
+        # staged in either checkpoint may reach a store.
+        self.checkpoint = self._new_checkpoint()
         if failed is None:
             failed = checkpoint
             if committing is not None:
@@ -478,10 +491,34 @@ class Worker:
                     failed = committing
         if is_record_error(error):
             self.quarantine.refused(failed.ranges(), why)
-        self.checkpoint = self._new_checkpoint()  # even if the abort below fails
         failed.abort()
         self._rewind(self.stores.owned())
         self.stats.aborts += 1
+
+    def _replace_producer(self, why: str) -> None:
+        """Go on with a new producer of the same transactional id after a call of the
+        old one hung (librdkafka can block for good when a coordinator moves): the new
+        one's init fences the old and ends its transaction, committed or aborted, which
+        nobody here can know. So both open checkpoints are dropped unapplied, and the
+        owned stores catch up from the changelog (only what they lack) before their
+        partitions resume from the committed offsets. The restart in place this
+        replaces cost a rejoin, a rebalance of the whole group and a restore."""
+        log.error("%s; replacing the producer (the new one fences the old)", why)
+        assert self.producer is not None and self.consumer is not None
+        self._retired.append(self.producer)
+        self.committing = None
+        self.stats.aborts += 1
+        self.metrics.aborted()
+        self.producer = self._new_producer()  # ClientBroken if it cannot: restart in place
+        self.checkpoint = self._new_checkpoint()
+        owned = self.stores.owned()
+        if owned:
+            self.consumer.pause([TopicPartition(self.topics.proposals, p) for p in owned])
+            self._restores.append(
+                RestoreJob(self.config.kafka, self.topics, self.stores.take(owned))
+            )
+            self.metrics.restoring.set(1)
+            log.info("partitions %s catching up from the changelog", owned)
 
     def _rewind(self, partitions: list[int]) -> None:
         if not partitions or self.consumer is None:
@@ -554,19 +591,31 @@ class Worker:
         return sorted(p for job in self._restores for p in job.stores)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        # Commit what was processed while the generation is still valid, then let go.
-        self._commit()
-        self._cancel_restores([tp.partition for tp in partitions])
-        self._drop([tp.partition for tp in partitions])
+        # Commit what was processed while the generation is still valid, then let go
+        # (also when the commit failed for good: the partitions are not ours any more,
+        # whatever the producer does next).
+        try:
+            self._commit()
+        except ClientBroken:  # the loop replaces the producer; nothing staged may stay
+            self.checkpoint = self._new_checkpoint()
+            raise
+        finally:
+            self._cancel_restores([tp.partition for tp in partitions])
+            self._drop([tp.partition for tp in partitions])
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Another worker owns them already: our open transaction must not commit (a
         # commit in flight has its outcome applied, whichever it is, before the stores go).
         checkpoint = self.checkpoint
-        if self.committing is not None or (checkpoint is not None and checkpoint.open):
-            self._abort("partitions lost")
-        self._cancel_restores([tp.partition for tp in partitions])
-        self._drop([tp.partition for tp in partitions])
+        try:
+            if self.committing is not None or (checkpoint is not None and checkpoint.open):
+                self._abort("partitions lost")
+        except ClientBroken:  # the loop replaces the producer; nothing staged may stay
+            self.checkpoint = self._new_checkpoint()
+            raise
+        finally:
+            self._cancel_restores([tp.partition for tp in partitions])
+            self._drop([tp.partition for tp in partitions])
 
     def _drop(self, partitions: list[int]) -> None:
         if self.checkpoint is not None:

@@ -10,11 +10,13 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from processor.broker.cluster import running_cluster
 from processor.broker.provide import provide_broker
+from tests.faults.brokers import CLUSTER_SCENARIOS, CLUSTER_SIZE
 from tests.faults.check import Row
-from tests.faults.scenarios import FULL, SCENARIOS, SHORT, broker_restart
+from tests.faults.scenarios import FULL, SCENARIOS, SHORT, Size, broker_restart
 
-ALL = [*SCENARIOS, "broker"]
+ALL = [*SCENARIOS, "broker", *CLUSTER_SCENARIOS]
 
 
 def report(rows: list[Row]) -> Table:
@@ -80,31 +82,59 @@ def main(
 ) -> None:
     """Run the fault scenarios and print lost / duplicated / mismatched per scenario.
 
-    Full size: SIGKILL 24 times over 100,000 proposals and 10,000 runs; 1 -> 3 -> 1
-    workers; a zombie; 10,000 hostile records; a broker restart. Exits 1 unless every
-    row is clean."""
+    Full size, on one broker: SIGKILL 24 times over 100,000 proposals and 10,000 runs;
+    1 -> 3 -> 1 workers; a zombie; 10,000 hostile records; a broker restart. On a
+    3-node cluster (replication 3, min.insync.replicas 2), 24,000 proposals each: a
+    partition leader, a changelog leader, a transaction coordinator and the group
+    coordinator SIGKILLed; a rolling restart; a broker paused past its session; a broker
+    restarted with its disk lost. Exits 1 unless every row is clean."""
     console = Console()
     size = SHORT if short else FULL
+    chosen = scenarios or tuple(ALL)
     rows: list[Row] = []
-    with (
-        tempfile.TemporaryDirectory(prefix="runstate-faults-") as tmp,
-        provide_broker(Path(tmp) / "shared-broker") as bootstrap,
-    ):
+
+    def ran(row: Row, runtime: str) -> None:
+        rows.append(row)
+        verdict = "clean" if row.clean else "NOT CLEAN"
+        console.print(f"{row.scenario} ({runtime}): {verdict} {row.examples[:3]}")
+
+    with tempfile.TemporaryDirectory(prefix="runstate-faults-") as tmp:
+        single = [n for n in chosen if n not in CLUSTER_SCENARIOS]
+        on_cluster = [n for n in chosen if n in CLUSTER_SCENARIOS]
         for runtime in runtimes or ("native",):
-            for name in scenarios or ALL:
-                where = Path(tmp) / f"{runtime}-{name}"
-                with console.status(f"{name} ({runtime}) ..."):
-                    if name == "broker":
-                        row = broker_restart(where, runtime, size)
-                    else:
-                        row = SCENARIOS[name](bootstrap, where, runtime, size)
-                rows.append(row)
-                verdict = "clean" if row.clean else "NOT CLEAN"
-                console.print(f"{row.scenario} ({runtime}): {verdict} {row.examples[:3]}")
+            if single:
+                with provide_broker(Path(tmp) / "shared-broker") as bootstrap:
+                    for name in single:
+                        where = Path(tmp) / f"{runtime}-{name}"
+                        with console.status(f"{name} ({runtime}) ..."):
+                            if name == "broker":
+                                row = broker_restart(where, runtime, size)
+                            else:
+                                row = SCENARIOS[name](bootstrap, where, runtime, size)
+                        ran(row, runtime)
+            if on_cluster:
+                cluster_size = _shorter(CLUSTER_SIZE) if short else CLUSTER_SIZE
+                with (
+                    console.status("starting a 3-node cluster ..."),
+                    running_cluster(Path(tmp) / f"{runtime}-cluster", 3) as brokers,
+                ):
+                    for name in on_cluster:
+                        where = Path(tmp) / f"{runtime}-{name}"
+                        with console.status(f"{name} ({runtime}, 3 brokers) ..."):
+                            ran(
+                                CLUSTER_SCENARIOS[name](brokers, where, runtime, cluster_size),
+                                runtime,
+                            )
     console.print(report(rows))
     if json_path is not None:
         json_path.write_text(json.dumps([asdict(r) for r in rows], indent=2))
     raise SystemExit(0 if all(r.clean for r in rows) else 1)
+
+
+def _shorter(size: Size) -> Size:
+    """A cluster scenario for CI: half the feed (a node still goes down and comes back
+    while proposals flow)."""
+    return Size(size.runs // 2, size.proposals // 2, size.rate, size.kills, size.hostile)
 
 
 if __name__ == "__main__":

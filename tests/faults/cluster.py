@@ -13,6 +13,7 @@ from tests.integration import harness
 from tests.integration.harness import Env, WorkerProcess
 
 RESTART_IN_PLACE = "restarting the worker in place"
+PRODUCER_REPLACED = "replacing the producer"
 
 
 def _why(worker: WorkerProcess) -> str:
@@ -70,6 +71,12 @@ class Cluster:
     def resume(self, slot: int) -> None:
         os.kill(self.workers[slot].proc.pid, signal.SIGCONT)
 
+    def transactional_id(self, slot: int) -> str:
+        """The slot's worker's transactional.id (group id and the worker id it keeps in
+        its state directory), once it has started."""
+        worker_id = (self.env.tmp / f"slot-{slot}" / "worker_id").read_text().strip()
+        return f"{self.env.group_id}-{worker_id}"
+
     def random_slot(self, rng: random.Random) -> int:
         return rng.choice(sorted(self.workers))
 
@@ -101,9 +108,13 @@ class Cluster:
             self.stop(slot)
 
     def self_restarts(self) -> int:
-        """Restarts in place the workers logged (a librdkafka call that hung)."""
-        logs = self.env.tmp.glob("worker-*.log")
-        return sum(path.read_text(errors="replace").count(RESTART_IN_PLACE) for path in logs)
+        """Clients the workers gave up on and replaced (a librdkafka call that hung, or
+        failed for good): a producer, or the whole worker restarted in place."""
+        total = 0
+        for path in self.env.tmp.glob("worker-*.log"):
+            text = path.read_text(errors="replace")
+            total += text.count(RESTART_IN_PLACE) + text.count(PRODUCER_REPLACED)
+        return total
 
 
 def signed_records(env: Env, plan: list[dict[str, Any]]) -> list[RawRecord]:

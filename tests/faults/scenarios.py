@@ -36,10 +36,10 @@ SHORT = Size(runs=600, proposals=6_000, rate=600, kills=3, hostile=1_500)
 FULL = Size(runs=10_000, proposals=100_000, rate=1_000, kills=24, hostile=10_000)
 
 
-def fresh_env(bootstrap: str, tmp: Path) -> Env:
+def fresh_env(bootstrap: str, tmp: Path, replication: int = 1) -> Env:
     names = TopicNames.with_prefix(f"f-{uuid.uuid4().hex[:10]}.")
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
-    create_topics(admin, plan_topics(names, partitions=PARTITIONS, replication=1))
+    create_topics(admin, plan_topics(names, partitions=PARTITIONS, replication=replication))
     tmp.mkdir(parents=True, exist_ok=True)
     return make_env(bootstrap, names, tmp)
 
@@ -55,7 +55,7 @@ def _cluster(
     return env, cluster
 
 
-def _run(
+def run_scenario(
     name: str,
     env: Env,
     runtime: str,
@@ -117,7 +117,7 @@ def _spread(feeder: Feeder, n: int, rng: random.Random) -> list[float]:
     return [span * i + rng.uniform(0.2, 0.8) * span for i in range(n)]
 
 
-def _sleep_until(start: float, offset: float) -> None:
+def sleep_until(start: float, offset: float) -> None:
     time.sleep(max(0.0, start + offset - time.monotonic()))
 
 
@@ -129,13 +129,13 @@ def kills(bootstrap: str, tmp: Path, runtime: str, size: Size) -> Row:
     def faults(feeder: Feeder, cluster: Cluster, rng: random.Random) -> list[float]:
         start, times = time.monotonic(), []
         for moment in _spread(feeder, size.kills, rng):
-            _sleep_until(start, moment)
+            sleep_until(start, moment)
             slot = cluster.random_slot(rng)
             times.append(time.time())
             cluster.restart(slot)
         return times
 
-    return _run("SIGKILL a random worker", env, runtime, size, cluster, faults)
+    return run_scenario("SIGKILL a random worker", env, runtime, size, cluster, faults)
 
 
 def scaling(bootstrap: str, tmp: Path, runtime: str, size: Size) -> Row:
@@ -144,17 +144,17 @@ def scaling(bootstrap: str, tmp: Path, runtime: str, size: Size) -> Row:
 
     def faults(feeder: Feeder, cluster: Cluster, rng: random.Random) -> list[float]:
         start = time.monotonic()
-        _sleep_until(start, feeder.seconds / 3)
+        sleep_until(start, feeder.seconds / 3)
         times = [time.time()]
         cluster.start(1)
         cluster.start(2)
-        _sleep_until(start, 2 * feeder.seconds / 3)
+        sleep_until(start, 2 * feeder.seconds / 3)
         times.append(time.time())
         cluster.stop(1)
         cluster.stop(2)
         return times
 
-    return _run("scale 1 -> 3 -> 1", env, runtime, size, cluster, faults)
+    return run_scenario("scale 1 -> 3 -> 1", env, runtime, size, cluster, faults)
 
 
 def zombie(bootstrap: str, tmp: Path, runtime: str, size: Size) -> Row:
@@ -164,7 +164,7 @@ def zombie(bootstrap: str, tmp: Path, runtime: str, size: Size) -> Row:
 
     def faults(feeder: Feeder, cluster: Cluster, rng: random.Random) -> list[float]:
         start = time.monotonic()
-        _sleep_until(start, feeder.seconds / 4)
+        sleep_until(start, feeder.seconds / 4)
         slot = cluster.random_slot(rng)
         times = [time.time()]
         cluster.pause(slot)
@@ -172,7 +172,9 @@ def zombie(bootstrap: str, tmp: Path, runtime: str, size: Size) -> Row:
         cluster.resume(slot)
         return times
 
-    return _run("zombie (SIGSTOP past session timeout)", env, runtime, size, cluster, faults)
+    return run_scenario(
+        "zombie (SIGSTOP past session timeout)", env, runtime, size, cluster, faults
+    )
 
 
 def hostile(bootstrap: str, tmp: Path, runtime: str, size: Size) -> Row:
@@ -182,7 +184,7 @@ def hostile(bootstrap: str, tmp: Path, runtime: str, size: Size) -> Row:
     def faults(feeder: Feeder, cluster: Cluster, rng: random.Random) -> list[float]:
         return []
 
-    return _run("hostile input", env, runtime, size, cluster, faults, hostile=True)
+    return run_scenario("hostile input", env, runtime, size, cluster, faults, hostile=True)
 
 
 def broker_restart(tmp: Path, runtime: str, size: Size) -> Row:
@@ -195,14 +197,14 @@ def broker_restart(tmp: Path, runtime: str, size: Size) -> Row:
         def faults(feeder: Feeder, cluster: Cluster, rng: random.Random) -> list[float]:
             nonlocal broker
             start = time.monotonic()
-            _sleep_until(start, feeder.seconds / 3)
+            sleep_until(start, feeder.seconds / 3)
             times = [time.time()]
             broker.stop()
             time.sleep(5.0)
             broker = start_broker(data)
             return times
 
-        return _run("broker stop and start", env, runtime, size, cluster, faults)
+        return run_scenario("broker stop and start", env, runtime, size, cluster, faults)
     finally:
         broker.stop()
         shutil.rmtree(data, ignore_errors=True)

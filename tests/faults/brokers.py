@@ -1,0 +1,150 @@
+"""Fault scenarios on a three-node cluster (replication factor 3, `min.insync.replicas`
+2): the everyday faults of production Kafka, each under load, each checked for the
+same invariants as the single-broker scenarios. One node at a time is hurt, so the
+cluster keeps a majority and every acknowledged write keeps two copies."""
+
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from processor.broker.cluster import Cluster as Brokers
+from tests.faults.check import Row
+from tests.faults.cluster import Cluster, Feeder
+from tests.faults.scenarios import Size, fresh_env, run_scenario, sleep_until
+
+#: Long enough that a node is down, back and caught up while proposals still flow.
+CLUSTER_SIZE = Size(runs=2_000, proposals=24_000, rate=600, kills=0, hostile=0)
+#: How long a killed node stays down before it is started again.
+DOWN_S = 8.0
+#: A paused node is frozen past its broker session (broker.session.timeout.ms, 9 s by
+#: default: the controller fences it) and its clients' request timeouts.
+PAUSE_S = 15.0
+REPLICATION = 3
+
+#: Picks the node to hurt: (brokers, env's workers) -> node id.
+Victim = Callable[[Brokers, Cluster], int]
+
+
+def _proposals_leader(brokers: Brokers, workers: Cluster) -> int:
+    return brokers.leader_of(workers.env.topics.proposals, 0)
+
+
+def _changelog_leader(brokers: Brokers, workers: Cluster) -> int:
+    return brokers.leader_of(workers.env.topics.changelog, 1)
+
+
+def _transaction_coordinator(brokers: Brokers, workers: Cluster) -> int:
+    return brokers.transaction_coordinator(workers.transactional_id(min(workers.workers)))
+
+
+def _group_coordinator(brokers: Brokers, workers: Cluster) -> int:
+    return brokers.group_coordinator(workers.env.group_id)
+
+
+def _any(brokers: Brokers, workers: Cluster) -> int:
+    return random.Random(workers.env.group_id).choice(brokers.node_ids)
+
+
+def _scenario(
+    name: str,
+    brokers: Brokers,
+    tmp: Path,
+    runtime: str,
+    size: Size,
+    fault: Callable[[Feeder, Brokers, Cluster], list[float]],
+) -> Row:
+    """Fresh replicated topics, two workers, the workload fed while `fault` runs."""
+    env = fresh_env(brokers.bootstrap, tmp, replication=REPLICATION)
+    workers = Cluster(env, runtime)
+    for slot in range(2):
+        workers.start(slot)
+    try:
+        row = run_scenario(
+            name, env, runtime, size, workers, lambda feeder, w, _: fault(feeder, brokers, w)
+        )
+    finally:
+        # Whatever the fault left down comes back for the next scenario.
+        for node in brokers.node_ids:
+            if not brokers.alive(node):
+                brokers.start(node)
+        brokers.wait_in_sync(timeout=180)
+    return row
+
+
+def kill_node(name: str, victim: Victim) -> Callable[[Brokers, Path, str, Size], Row]:
+    """SIGKILL the node `victim` picks a third into the feed; start it again DOWN_S later
+    (its data intact) and let it catch up."""
+
+    def scenario(brokers: Brokers, tmp: Path, runtime: str, size: Size) -> Row:
+        def fault(feeder: Feeder, brokers: Brokers, workers: Cluster) -> list[float]:
+            start = time.monotonic()
+            sleep_until(start, feeder.seconds / 3)
+            node = victim(brokers, workers)
+            times = [time.time()]
+            brokers.kill(node)
+            time.sleep(DOWN_S)
+            brokers.start(node)
+            return times
+
+        return _scenario(name, brokers, tmp, runtime, size, fault)
+
+    return scenario
+
+
+def rolling_restart(brokers: Brokers, tmp: Path, runtime: str, size: Size) -> Row:
+    """Every node in turn: stopped (a controlled shutdown), started, caught up; the next
+    only once the last is back in every ISR, as an operator upgrades a cluster."""
+
+    def fault(feeder: Feeder, brokers: Brokers, workers: Cluster) -> list[float]:
+        sleep_until(time.monotonic(), feeder.seconds / 6)
+        times = []
+        for node in brokers.node_ids:
+            times.append(time.time())
+            brokers.stop(node)
+            brokers.start(node)
+            brokers.wait_in_sync(node, timeout=120)
+        return times
+
+    return _scenario("rolling restart of 3 brokers", brokers, tmp, runtime, size, fault)
+
+
+def paused_node(brokers: Brokers, tmp: Path, runtime: str, size: Size) -> Row:
+    """A node frozen (SIGSTOP) past its session, as a long GC pause or a frozen VM, then
+    resumed (SIGCONT): fenced meanwhile, it must rejoin without serving stale data."""
+
+    def fault(feeder: Feeder, brokers: Brokers, workers: Cluster) -> list[float]:
+        sleep_until(time.monotonic(), feeder.seconds / 3)
+        node = _proposals_leader(brokers, workers)
+        times = [time.time()]
+        brokers.pause(node)
+        time.sleep(PAUSE_S)
+        brokers.resume(node)
+        return times
+
+    return _scenario("SIGSTOP a broker past its session", brokers, tmp, runtime, size, fault)
+
+
+def lost_disk(brokers: Brokers, tmp: Path, runtime: str, size: Size) -> Row:
+    """A node killed and started again with an empty data directory (a disk lost): it
+    must catch up from the others, and no acknowledged record may go missing."""
+
+    def fault(feeder: Feeder, brokers: Brokers, workers: Cluster) -> list[float]:
+        sleep_until(time.monotonic(), feeder.seconds / 3)
+        node = _any(brokers, workers)
+        times = [time.time()]
+        brokers.wipe_and_start(node)
+        return times
+
+    return _scenario("broker restarted with its disk lost", brokers, tmp, runtime, size, fault)
+
+
+CLUSTER_SCENARIOS: dict[str, Callable[[Brokers, Path, str, Size], Row]] = {
+    "leader": kill_node("SIGKILL a proposals leader", _proposals_leader),
+    "changelog-leader": kill_node("SIGKILL a changelog leader", _changelog_leader),
+    "txn-coordinator": kill_node("SIGKILL a transaction coordinator", _transaction_coordinator),
+    "group-coordinator": kill_node("SIGKILL the group coordinator", _group_coordinator),
+    "rolling": rolling_restart,
+    "pause": paused_node,
+    "lost-disk": lost_disk,
+}
