@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install tools demo test unit integration bench bench-profile bench-engine faults
+.PHONY: install tools demo test unit integration bench bench-profile bench-engine faults soak
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -70,6 +70,10 @@ bench-profile: install
 bench-engine: install
 	$(BIN)/python benchmarks/engine.py
 
-## faults: the fault harness, full size (kills, scaling, zombie, hostile input, broker restart)
+## faults: the fault harness, full size (kills, scaling, zombie, hostile input, broker restart; on a 3-node cluster: leader, coordinator kills, rolling restart, pause, lost disk)
 faults: install
 	$(BIN)/python -m tests.faults
+
+## soak: 30 minutes on a 3-node cluster at half the drain rate, workers killed, a broker restarted; docs/soak/
+soak: install
+	$(BIN)/python -m tests.faults.soak

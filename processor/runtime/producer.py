@@ -24,9 +24,9 @@ HUNG_AFTER_S = 5.0
 # send_offsets_to_transaction's own timeout. It takes milliseconds when it works; when
 # the group coordinator moved it can block for good (librdkafka #5511), and every second
 # of this bound is a second of the failover (the producer is replaced after it).
-SEND_OFFSETS_TIMEOUT_S = 3.0
+SEND_OFFSETS_TIMEOUT_S = 2.0
 # How long past its own timeout send_offsets_to_transaction may take.
-SEND_OFFSETS_HUNG_AFTER_S = 2.0
+SEND_OFFSETS_HUNG_AFTER_S = 1.0
 QUEUE_FULL_LIMIT_S = 60.0
 
 Headers = list[tuple[str, str | bytes | None]]

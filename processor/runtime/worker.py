@@ -127,6 +127,9 @@ class Worker:
         #: Producers given up on (a call hung): referenced until the process ends, since
         #: destroying one blocks for as long as its hung call (see producer.py).
         self._retired: list[TransactionalProducer] = []
+        #: The group lost its coordinator (partitions lost): the producer may have cached
+        #: the dead one, and its next send_offsets_to_transaction would block on it.
+        self._stale_coordinator = False
         self.checkpoint: Checkpoint | None = None
         # The previous checkpoint while its commit travels; `checkpoint` decides meanwhile.
         self.committing: Checkpoint | None = None
@@ -244,6 +247,8 @@ class Worker:
             self._settle()
         if self._restores:
             self._finish_restores()
+        if self._stale_coordinator and (self.stores.owned() or self._restores):
+            self._fresh_producer()
         aborts = self.stats.aborts
         batch = self.consumer.consume(num_messages=CONSUME_BATCH, timeout=CONSUME_WAIT_S)
         for msg in batch:
@@ -510,6 +515,7 @@ class Worker:
         self.stats.aborts += 1
         self.metrics.aborted()
         self.producer = self._new_producer()  # ClientBroken if it cannot: restart in place
+        self._stale_coordinator = False
         self.checkpoint = self._new_checkpoint()
         owned = self.stores.owned()
         if owned:
@@ -519,6 +525,22 @@ class Worker:
             )
             self.metrics.restoring.set(1)
             log.info("partitions %s catching up from the changelog", owned)
+
+    def _fresh_producer(self) -> None:
+        """After the group lost its coordinator, and once partitions came back (the
+        brokers answer again), a new producer between transactions: librdkafka can keep
+        the dead coordinator cached and block the next send_offsets_to_transaction on it
+        (#5511), seen after every coordinator kill; a fresh one looks it up. The old one
+        holds no transaction; it is closed in a thread of its own, in case it blocks."""
+        checkpoint = self.checkpoint
+        if self.committing is not None or checkpoint is None or checkpoint.open:
+            return  # at the next turn without a transaction
+        self._stale_coordinator = False
+        assert self.producer is not None
+        old, self.producer = self.producer, self._new_producer()
+        self.checkpoint = self._new_checkpoint()
+        threading.Thread(target=old.close, name="runstate-old-producer", daemon=True).start()
+        log.info("the group's coordinator moved: a new producer, with no stale coordinator")
 
     def _rewind(self, partitions: list[int]) -> None:
         if not partitions or self.consumer is None:
@@ -610,6 +632,7 @@ class Worker:
         try:
             if self.committing is not None or (checkpoint is not None and checkpoint.open):
                 self._abort("partitions lost")
+            self._stale_coordinator = True
         except ClientBroken:  # the loop replaces the producer; nothing staged may stay
             self.checkpoint = self._new_checkpoint()
             raise

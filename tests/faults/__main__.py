@@ -7,10 +7,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 import click
+from processor.broker.cluster import running_cluster
 from rich.console import Console
 from rich.table import Table
 
-from processor.broker.cluster import running_cluster
 from processor.broker.provide import provide_broker
 from tests.faults.brokers import CLUSTER_SCENARIOS, CLUSTER_SIZE
 from tests.faults.check import Row

@@ -6,6 +6,7 @@ transaction, and a transaction held up by a broker fault commits (or is aborted 
 decided again) seconds later. A read_committed consumer sees what an agent sees."""
 
 import itertools
+import json
 import threading
 import time
 import uuid
@@ -21,12 +22,16 @@ class Arrivals(threading.Thread):
     """Follows the outcome topics (read committed) from their current end and notes, per
     partition, the wall-clock time each record arrived."""
 
-    def __init__(self, env: Env) -> None:
+    def __init__(self, env: Env, latencies: bool = False) -> None:
         super().__init__(daemon=True, name="arrivals")
         t = env.topics
         self.topics = [t.transitions, t.rejections, t.heartbeats, t.dlq]
         self.settings = KafkaSettings(env.bootstrap)
         self.times: dict[int, list[float]] = defaultdict(list)
+        #: With `latencies`: per transition or rejection read, seconds from its proposal's
+        #: append to the proposals topic (the outcome's at_ms) to its arrival here.
+        self.latencies: list[float] | None = [] if latencies else None
+        self._timed = {t.transitions, t.rejections}
         self._stopping = threading.Event()
         self._reading = threading.Event()
         self.error: BaseException | None = None
@@ -53,8 +58,14 @@ class Arrivals(threading.Thread):
             self._reading.set()
             while not self._stopping.is_set():
                 for msg in consumer.consume(num_messages=1000, timeout=0.2):
-                    if msg.error() is None:
-                        self.times[msg.partition() or 0].append(time.time())
+                    if msg.error() is not None:
+                        continue
+                    now = time.time()
+                    self.times[msg.partition() or 0].append(now)
+                    if self.latencies is not None and msg.topic() in self._timed:
+                        at_ms = json.loads(msg.value() or b"{}").get("at_ms")
+                        if isinstance(at_ms, int):
+                            self.latencies.append(now - at_ms / 1000)
         except BaseException as exc:  # reported by the scenario
             self.error = exc
         finally:

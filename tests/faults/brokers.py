@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from processor.broker.cluster import Cluster as Brokers
+
 from tests.faults.check import Row
 from tests.faults.cluster import Cluster, Feeder
 from tests.faults.scenarios import Size, fresh_env, run_scenario, sleep_until
@@ -56,7 +57,10 @@ def _scenario(
 ) -> Row:
     """Fresh replicated topics, two workers, the workload fed while `fault` runs."""
     env = fresh_env(brokers.bootstrap, tmp, replication=REPLICATION)
-    workers = Cluster(env, runtime)
+    # The worker's own session timeout (10 s), not the 6 s the single-broker scenarios
+    # use to fail over from a killed worker fast: no worker is killed here, and a group
+    # coordinator's move takes the cluster longer than 6 s to settle.
+    workers = Cluster(env, runtime, "-X", "session.timeout.ms=10000")
     for slot in range(2):
         workers.start(slot)
     try:

@@ -74,7 +74,8 @@ class Cluster:
     def transactional_id(self, slot: int) -> str:
         """The slot's worker's transactional.id (group id and the worker id it keeps in
         its state directory), once it has started."""
-        worker_id = (self.env.tmp / f"slot-{slot}" / "worker_id").read_text().strip()
+        group_dir = self.env.tmp / f"slot-{slot}" / self.env.group_id
+        worker_id = next(group_dir.glob("*/worker_id")).read_text().strip()
         return f"{self.env.group_id}-{worker_id}"
 
     def random_slot(self, rng: random.Random) -> int:

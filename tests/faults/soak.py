@@ -1,0 +1,451 @@
+"""`python -m tests.faults.soak` (`make soak`): the worker group run for a long time on
+a three-node cluster at a steady half of its own drain rate, a random worker SIGKILLed
+every two minutes, one broker restarted in the middle, HTTP readers asking for runs
+throughout. At the end the same invariants as every fault scenario (lost, duplicated,
+mismatched: zero), and over time: each worker's resident memory, the group's lag, the
+p99 of answers (from a proposal's append to its outcome reaching a reader), the
+readers' errors; as a table and a plot.
+
+Memory is judged per worker process: a killed worker starts again with a fresh heap, so
+"flat" means each life's RSS after its warm-up grows by less than RSS_GROWTH_LIMIT."""
+
+import json
+import random
+import threading
+import time
+import urllib.error
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import click
+from confluent_kafka import Consumer, TopicPartition
+from processor.broker.cluster import Cluster as Brokers
+from processor.broker.cluster import running_cluster
+from rich.console import Console
+
+from benchmarks.records import RawRecord
+from processor.partitioning import partition_for
+from tests.faults.arrivals import Arrivals, recovery_seconds
+from tests.faults.check import Row, check
+from tests.faults.cluster import Cluster, signed_records
+from tests.faults.scenarios import PARTITIONS, fresh_env
+from tests.integration.harness import Env, WorkerProcess, workload
+
+SAMPLE_S = 10.0
+WARM_UP_S = 60.0  # a worker life's RSS is judged from here on
+RSS_GROWTH_LIMIT = 0.10
+CHUNK_S = 20.0  # the feed is generated and signed this many seconds at a time
+PROBE = 6_000  # proposals drained as a backlog to find the rate
+
+
+@dataclass
+class Sample:
+    at_s: float  # since the soak began
+    rss_mb: dict[str, float]  # slot -> resident MB (its current process)
+    lag: int | None  # records the group is behind, all partitions
+    answered: int  # outcomes that reached the reader in the interval
+    p99_ms: float | None  # of those, proposal append -> outcome read
+    reads: int
+    read_errors: int
+
+
+@dataclass
+class Life:
+    """One worker process: its slot, when it started and its RSS samples."""
+
+    slot: int
+    pid: int
+    started_s: float
+    rss: list[tuple[float, float]] = field(default_factory=list)
+
+    def growth(self) -> float | None:
+        """RSS growth from the first sample after warm-up to the last, as a fraction;
+        None for a life too short to say."""
+        warm = [mb for at, mb in self.rss if at - self.started_s >= WARM_UP_S]
+        return None if len(warm) < 3 else (warm[-1] - warm[0]) / warm[0]
+
+
+@dataclass
+class Report:
+    minutes: float
+    rate: float
+    drain_rate: float
+    row: Row
+    samples: list[Sample]
+    lives: list[Life]
+    faults: list[tuple[float, str]]  # (seconds since start, what)
+
+    @property
+    def worst_growth(self) -> float | None:
+        growths = [g for g in (life.growth() for life in self.lives) if g is not None]
+        return max(growths) if growths else None
+
+    @property
+    def clean(self) -> bool:
+        worst = self.worst_growth
+        return self.row.clean and (worst is None or worst < RSS_GROWTH_LIMIT)
+
+
+def _rss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def _lag(env: Env) -> int | None:
+    """Records of the proposals topic past the group's committed offsets."""
+    consumer = Consumer({"bootstrap.servers": env.bootstrap, "group.id": env.group_id})
+    try:
+        parts = [TopicPartition(env.topics.proposals, p) for p in range(PARTITIONS)]
+        total = 0
+        for tp in consumer.committed(parts, timeout=10):
+            low, high = consumer.get_watermark_offsets(tp, timeout=10)
+            total += high - (tp.offset if tp.offset >= 0 else low)
+        return total
+    except Exception:  # a broker away: no figure for this sample
+        return None
+    finally:
+        consumer.close()
+
+
+class Feed(threading.Thread):
+    """Proposals at `rate` per second for `seconds`, generated and signed CHUNK_S at a
+    time (new runs each chunk), from one producer (each run's order kept)."""
+
+    def __init__(self, env: Env, rate: float, seconds: float, first_seed: int) -> None:
+        super().__init__(daemon=True, name="feed")
+        self.env, self.rate, self.seconds, self.first_seed = env, rate, seconds, first_seed
+        self.sent = 0
+        self.run_ids: list[str] = []
+        self.error: BaseException | None = None
+        self._stopping = threading.Event()
+
+    def chunks(self) -> Iterator[list[RawRecord]]:
+        per_chunk = max(100, int(self.rate * CHUNK_S))
+        for n in range(int(self.seconds / CHUNK_S) + 1):
+            plan = workload(runs=per_chunk // 10, proposals=per_chunk, seed=self.first_seed + n)
+            self.run_ids += sorted({str(p["run_id"]) for p in plan})
+            yield signed_records(self.env, plan)
+
+    def run(self) -> None:
+        client = self.env.client(timeout=300)  # deliveries outlast a broker restart
+        try:
+            started = time.monotonic()
+            for chunk in self.chunks():
+                for record in chunk:
+                    if self._stopping.is_set() or time.monotonic() - started > self.seconds:
+                        return
+                    if self.sent % 50 == 0:
+                        ahead = self.sent / self.rate - (time.monotonic() - started)
+                        if ahead > 0:
+                            time.sleep(ahead)
+                    client.send_raw(record.key, record.value, record.headers)  # type: ignore[arg-type]
+                    self.sent += 1
+        except BaseException as exc:  # reported by the soak
+            self.error = exc
+        finally:
+            client.flush(300)
+            client.close()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+
+class Readers(threading.Thread):
+    """HTTP readers: a run's snapshot from the worker that owns its partition, over and
+    over; errors are counted (a run not found yet is an answer, not an error)."""
+
+    def __init__(self, workers: Cluster, feed: Feed) -> None:
+        super().__init__(daemon=True, name="readers")
+        self.workers, self.feed = workers, feed
+        self.reads = self.errors = 0
+        self._stopping = threading.Event()
+        self.rng = random.Random(7)
+
+    def _owner(self, run_id: str) -> WorkerProcess | None:
+        partition = partition_for(run_id, PARTITIONS)
+        for worker in self.workers.live():
+            try:
+                if partition in (worker.health() or {}).get("partitions", []):
+                    return worker
+            except (urllib.error.URLError, OSError):
+                continue
+        return None
+
+    def run(self) -> None:
+        while not self._stopping.is_set():
+            if not self.feed.run_ids:
+                time.sleep(0.2)
+                continue
+            run_id = self.rng.choice(self.feed.run_ids)
+            worker = self._owner(run_id)
+            self.reads += 1
+            if worker is None:  # between owners (a rebalance): not an error of a worker
+                time.sleep(0.05)
+                continue
+            try:
+                worker.get(worker.run_path(run_id))
+            except (urllib.error.URLError, OSError, ValueError):
+                self.errors += 1
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.join(30)
+
+
+def _p99(values: list[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+
+
+def probe_drain_rate(env: Env, arrivals: Arrivals, seed: int) -> float:
+    """Proposals per second the group answers from a backlog of PROBE proposals."""
+    plan = workload(runs=PROBE // 10, proposals=PROBE, seed=seed)
+    records = signed_records(env, plan)
+    before = sum(len(t) for t in arrivals.times.values())
+    client = env.client(timeout=120)
+    for record in records:
+        client.send_raw(record.key, record.value, record.headers)  # type: ignore[arg-type]
+    client.flush(120)
+    client.close()
+    deadline = time.monotonic() + 300
+    while sum(len(t) for t in arrivals.times.values()) - before < len(records):
+        if time.monotonic() > deadline:
+            raise TimeoutError("the drain probe was not answered within 300 s")
+        time.sleep(0.2)
+    stamps = sorted(t for ts in arrivals.times.values() for t in ts)[before:]
+    return len(records) / max(0.001, stamps[len(records) - 1] - stamps[0])
+
+
+def soak(
+    brokers: Brokers,
+    tmp: Path,
+    minutes: float,
+    *,
+    rate: float | None = None,
+    kill_every_s: float = 120.0,
+    console: Console | None = None,
+) -> Report:
+    console = console or Console(stderr=True)
+    env = fresh_env(brokers.bootstrap, tmp, replication=3)
+    workers = Cluster(env, "native", "--static-membership")
+    for slot in range(3):
+        workers.start(slot)
+    arrivals = Arrivals(env, latencies=True)
+    samples: list[Sample] = []
+    lives: dict[int, Life] = {}
+    faults: list[tuple[float, str]] = []
+    row = Row("soak", "native", 0, 0)
+    began = time.monotonic()
+    readers: Readers | None = None
+    feed: Feed | None = None
+    try:
+        workers.wait_owned(PARTITIONS)
+        arrivals.begin()
+        drain = probe_drain_rate(env, arrivals, seed=999)
+        rate = rate or drain / 2
+        console.print(f"drain rate {drain:,.0f}/s; feeding {rate:,.0f}/s for {minutes:g} min")
+        feed = Feed(env, rate, minutes * 60, first_seed=1000)
+        readers = Readers(workers, feed)
+        began = time.monotonic()
+        feed.start()
+        readers.start()
+        fault_times: list[float] = []
+        next_kill = kill_every_s
+        restart_at = minutes * 60 / 2
+        restarted = False
+        rng = random.Random(11)
+        last_sample, seen, reads, errors = began, 0, 0, 0
+        while feed.is_alive():
+            time.sleep(1.0)
+            now = time.monotonic() - began
+            if now >= next_kill:
+                next_kill += kill_every_s
+                slot = rng.choice(sorted(workers.workers))
+                fault_times.append(time.time())
+                faults.append((now, f"SIGKILL worker {slot}"))
+                workers.restart(slot)
+            if not restarted and now >= restart_at:
+                restarted = True
+                node = rng.choice(brokers.node_ids)
+                fault_times.append(time.time())
+                faults.append((now, f"restart broker {node}"))
+                brokers.stop(node)
+                brokers.start(node)
+            if time.monotonic() - last_sample >= SAMPLE_S:
+                last_sample = time.monotonic()
+                window = arrivals.latencies[seen:]
+                seen += len(window)
+                rss: dict[str, float] = {}
+                for slot, worker in sorted(workers.workers.items()):
+                    pid = worker.proc.pid
+                    life = lives.get(pid)
+                    if life is None:
+                        life = lives[pid] = Life(slot, pid, now)
+                    mb = _rss_mb(pid)
+                    if mb is not None:
+                        rss[str(slot)] = round(mb, 1)
+                        life.rss.append((now, mb))
+                samples.append(
+                    Sample(
+                        round(now, 1),
+                        rss,
+                        _lag(env),
+                        len(window),
+                        None if not window else round(1000 * (_p99(window) or 0), 1),
+                        readers.reads - reads,
+                        readers.errors - errors,
+                    )
+                )
+                reads, errors = readers.reads, readers.errors
+                shown = samples[-1]
+                console.print(
+                    f"{now / 60:5.1f} min  rss {shown.rss_mb}  lag {shown.lag}  "
+                    f"p99 {shown.p99_ms} ms  answered {shown.answered}  "
+                    f"read errors {shown.read_errors}/{shown.reads}"
+                )
+        if feed.error is not None:
+            raise feed.error
+        readers.stop()
+        workers.note_crashes()
+        row.proposals = feed.sent + PROBE
+        row.faults = len(fault_times)
+        workers.wait_owned(PARTITIONS)
+        check(row, env, workers.live(), PARTITIONS, settle=600)
+        workers.note_crashes()
+        arrivals.end()
+        row.recovery_s = recovery_seconds(fault_times, arrivals.times, time.time())
+    finally:
+        if readers is not None:
+            readers.stop()
+        if feed is not None:
+            feed.stop()
+        arrivals.end()
+        workers.close()
+        row.crashes = len(workers.crashes)
+        row.self_restarts = workers.self_restarts()
+        row.examples += workers.crashes[:2]
+        row.seconds = round(time.monotonic() - began, 1)
+    return Report(minutes, rate or 0.0, drain, row, samples, list(lives.values()), faults)
+
+
+def table(report: Report) -> str:
+    """The report as Markdown: the invariants, then one row per minute."""
+    row = report.row
+    worst = report.worst_growth
+    lines = [
+        f"{report.minutes:g} minutes on 3 brokers (replication 3, min.insync.replicas 2), "
+        f"3 workers; fed {report.rate:,.0f} proposals/s (half the drain rate measured "
+        f"first, {report.drain_rate:,.0f}/s); {row.proposals:,} proposals.",
+        "",
+        "| lost | duplicated | mismatched | crashes | self restarts | lag 0 | faults | "
+        "recovery s (max / median) | worst RSS growth of a worker life after warm-up |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    rec = sorted(row.recovery_s)
+    shown = f"{rec[-1]:.1f} / {rec[len(rec) // 2]:.1f}" if rec else "-"
+    growth = "-" if worst is None else f"{100 * worst:.1f} %"
+    lines.append(
+        f"| {row.lost} | {row.duplicated} | {row.mismatched} | {row.crashes} | "
+        f"{row.self_restarts} | {'yes' if row.lag_zero else 'NO'} | {row.faults} | {shown} | "
+        f"{growth} |"
+    )
+    lines += [
+        "",
+        "| minute | RSS MB per worker | lag | answered/s | p99 ms | HTTP reads (errors) |",
+        "|---|---|---|---|---|---|",
+    ]
+    per_minute: dict[int, list[Sample]] = {}
+    for sample in report.samples:
+        per_minute.setdefault(int(sample.at_s // 60), []).append(sample)
+    for minute, group in sorted(per_minute.items()):
+        last = group[-1]
+        rss = ", ".join(f"{v:.0f}" for _, v in sorted(last.rss_mb.items()))
+        lags = [s.lag for s in group if s.lag is not None]
+        p99s = [s.p99_ms for s in group if s.p99_ms is not None]
+        answered = sum(s.answered for s in group) / (len(group) * SAMPLE_S)
+        reads, errs = sum(s.reads for s in group), sum(s.read_errors for s in group)
+        lines.append(
+            f"| {minute} | {rss} | {max(lags) if lags else '-'} | {answered:,.0f} | "
+            f"{max(p99s) if p99s else '-'} | {reads} ({errs}) |"
+        )
+    lines += ["", "Faults: " + "; ".join(f"{at / 60:.1f} min {what}" for at, what in report.faults)]
+    return "\n".join(lines)
+
+
+def plot(report: Report, path: Path) -> None:
+    """RSS per worker life, lag and p99 over time, faults marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(3, 1, figsize=(10, 9), sharex=True)
+    for life in report.lives:
+        xs = [at / 60 for at, _ in life.rss]
+        axes[0].plot(xs, [mb for _, mb in life.rss], label=f"worker {life.slot}")
+    axes[0].set_ylabel("RSS (MB)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    unique = dict(zip(labels, handles, strict=False))
+    axes[0].legend(unique.values(), unique.keys(), loc="upper left", fontsize=8)
+    xs = [s.at_s / 60 for s in report.samples]
+    axes[1].plot(xs, [s.lag if s.lag is not None else float("nan") for s in report.samples])
+    axes[1].set_ylabel("lag (records)")
+    axes[2].plot(xs, [s.p99_ms if s.p99_ms is not None else float("nan") for s in report.samples])
+    axes[2].set_ylabel("p99 (ms)")
+    axes[2].set_yscale("log")
+    axes[2].set_xlabel("minutes")
+    for ax in axes:
+        for at, what in report.faults:
+            ax.axvline(at / 60, color="red" if "broker" in what else "grey", lw=0.6, ls="--")
+    fig.suptitle(
+        f"runstate soak: {report.minutes:g} min, {report.rate:,.0f} proposals/s, "
+        "3 brokers, 3 workers (grey: worker SIGKILL, red: broker restart)"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+@click.command()
+@click.option("--minutes", type=float, default=30.0, show_default=True, help="How long to feed.")
+@click.option(
+    "--rate", type=float, default=None, help="Proposals per second (default: half the drain rate)."
+)
+@click.option("--kill-every", type=float, default=120.0, show_default=True, help="Seconds.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("docs/soak"),
+    show_default=True,
+    help="Where report.md, report.json and soak.png go.",
+)
+def main(minutes: float, rate: float | None, kill_every: float, out: Path) -> None:
+    """Soak the worker group on a local 3-node cluster; exits 1 unless clean."""
+    import tempfile
+
+    console = Console()
+    out.mkdir(parents=True, exist_ok=True)
+    with (
+        tempfile.TemporaryDirectory(prefix="runstate-soak-") as tmp,
+        running_cluster(Path(tmp) / "cluster", 3) as brokers,
+    ):
+        report = soak(brokers, Path(tmp) / "env", minutes, rate=rate, kill_every_s=kill_every)
+    (out / "report.json").write_text(json.dumps(asdict(report), indent=2, default=str))
+    (out / "report.md").write_text(table(report) + "\n")
+    plot(report, out / "soak.png")
+    console.print(table(report))
+    console.print(f"wrote {out / 'report.md'}, {out / 'report.json'}, {out / 'soak.png'}")
+    raise SystemExit(0 if report.clean else 1)
+
+
+if __name__ == "__main__":
+    main()
