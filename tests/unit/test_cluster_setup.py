@@ -1,9 +1,10 @@
 """The local cluster without starting it: node configurations, the quorum's initial
-voters, saved state, and the coordinators' partition function."""
+voters, saved state, the coordinators' partition function and `broker start --brokers`."""
 
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from processor.broker.cluster import (
     Cluster,
@@ -126,6 +127,29 @@ def test_cluster_state_round_trips_and_answers_lookups(tmp_path: Path) -> None:
     with pytest.raises(KeyError):
         loaded.node(4)
     assert Cluster.load(tmp_path / "nothing") is None
+
+
+def test_broker_start_with_brokers_starts_a_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from processor.cli import broker as cli_broker
+    from processor.cli.main import cli
+
+    started = []
+
+    def fake_start_cluster(data_dir: Path, brokers: int, *, detach: bool) -> Cluster:
+        started.append((data_dir, brokers, detach))
+        nodes = [ClusterNode(i, 9100 + i, 9200 + i, "d", 4000 + i, str(data_dir)) for i in (1, 2)]
+        return Cluster(str(data_dir), "c", 3, nodes, detach)
+
+    monkeypatch.setattr(cli_broker, "start_cluster", fake_start_cluster)
+    env = {"RUNSTATE_BROKER_DIR": str(tmp_path / "c"), "RUNSTATE_BROKERS": "2"}
+    result = CliRunner().invoke(cli, ["broker", "start"], env=env)
+    assert result.exit_code == 0, result.output
+    assert started == [(tmp_path / "c", 2, True)]
+    assert "export RUNSTATE_BOOTSTRAP_SERVERS=127.0.0.1:9101,127.0.0.1:9102" in result.output
+    refused = CliRunner().invoke(cli, ["broker", "start", "--port", "9092"], env=env)
+    assert refused.exit_code == 2 and "--port applies to a single broker" in refused.output
 
 
 def _properties(text: str) -> dict[str, str]:
