@@ -46,6 +46,23 @@ def launcher() -> None:
         pytest.skip(f"local launcher unavailable here: {exc}")
 
 
+#: The node id of the last test that asks for kafka_cluster, and the cluster once made.
+_LAST_CLUSTER_TEST: list[str] = []
+_CLUSTERS: list[Cluster] = []
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    users = [i.nodeid for i in items if "kafka_cluster" in getattr(i, "fixturenames", ())]
+    _LAST_CLUSTER_TEST[:] = users[-1:]
+
+
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """The cluster goes once its last test is done, not at the session's end: three idle
+    JVMs would otherwise share the CI machine with every test after it."""
+    if _CLUSTERS and [item.nodeid] == _LAST_CLUSTER_TEST:
+        _CLUSTERS.pop().stop_all(timeout=0)
+
+
 @pytest.fixture(scope="session")
 def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """Three combined broker+controller nodes (processor.broker.cluster), started when a
@@ -64,4 +81,5 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
         pytest.skip(f"local launcher unavailable here: {exc}")
     # Killed at the end, not shut down: its data goes with the session's tmp_path.
     with running_cluster(tmp_path_factory.mktemp("cluster"), 3, stop_timeout=0) as cluster:
+        _CLUSTERS.append(cluster)
         yield cluster
