@@ -1,5 +1,7 @@
-"""A local Apache Kafka broker for developers, tests and the demo (no Docker needed)."""
+"""A local Apache Kafka broker, or a cluster of them, for developers, tests and the demo
+(no Docker needed)."""
 
+from processor.broker.cluster import Cluster, running_cluster, start_cluster
 from processor.broker.launcher import (
     KAFKA_VERSION,
     Broker,
@@ -13,7 +15,10 @@ __all__ = [
     "KAFKA_VERSION",
     "Broker",
     "BrokerError",
+    "Cluster",
     "ensure_jars",
     "running_broker",
+    "running_cluster",
     "start_broker",
+    "start_cluster",
 ]

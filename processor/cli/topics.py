@@ -38,9 +38,11 @@ replication_option = option(
     env="REPLICATION_FACTOR",
     type=click.IntRange(min=1),
     default=None,
-    help="Replication factor of every topic. Default: min(3, the brokers in the cluster). "
-    "min.insync.replicas follows it: 2 at a factor of 3 or more, 1 at a factor of 2 (so "
-    "one broker down does not stop the producers), the broker's own at 1.",
+    help="Replication factor of every topic. Default: min(3, the brokers in the cluster), "
+    "the live ones counted: 3 on a cluster of three (`runstate broker start --brokers 3`); "
+    "with a broker down, give it. min.insync.replicas follows it: 2 at a factor of 3 or "
+    "more, 1 at a factor of 2 (so one broker down does not stop the producers), the "
+    "broker's own at 1.",
 )
 retention_option = option(
     "--retention-ms",

@@ -1,5 +1,6 @@
 """Every integration test gets a real broker: from KAFKA_BOOTSTRAP_SERVERS, else a
-Docker container, else the local launcher (processor.broker.provide)."""
+Docker container, else the local launcher (processor.broker.provide). A test that asks
+for `kafka_cluster` gets a local cluster of three nodes besides."""
 
 import uuid
 from collections.abc import Iterator
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 
+from processor.broker.cluster import Cluster, running_cluster
 from processor.broker.provide import provide_broker
 from processor.topics import TopicNames, create_topics, plan_topics
 
@@ -42,3 +44,42 @@ def launcher() -> None:
         ensure_jars()
     except BrokerError as exc:
         pytest.skip(f"local launcher unavailable here: {exc}")
+
+
+#: The node id of the last test that asks for kafka_cluster, and the cluster once made.
+_LAST_CLUSTER_TEST: list[str] = []
+_CLUSTERS: list[Cluster] = []
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    users = [i.nodeid for i in items if "kafka_cluster" in getattr(i, "fixturenames", ())]
+    _LAST_CLUSTER_TEST[:] = users[-1:]
+
+
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """The cluster goes once its last test is done, not at the session's end: three idle
+    JVMs would otherwise share the CI machine with every test after it."""
+    if _CLUSTERS and [item.nodeid] == _LAST_CLUSTER_TEST:
+        _CLUSTERS.pop().stop_all(timeout=0)
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Three combined broker+controller nodes (processor.broker.cluster), started when a
+    test first asks for them and shared by the session: a test that kills, stops,
+    pauses or wipes a node leaves every node running and in sync again. Needs the
+    local launcher's Java and Maven (or cached jars) whatever KAFKA_BOOTSTRAP_SERVERS
+    says: the tests drive the nodes' processes."""
+    from processor.broker.jars import ensure_tools
+    from processor.broker.launcher import BrokerError, ensure_jars, find_java
+
+    try:
+        find_java()
+        ensure_jars()
+        ensure_tools()
+    except BrokerError as exc:
+        pytest.skip(f"local launcher unavailable here: {exc}")
+    # Killed at the end, not shut down: its data goes with the session's tmp_path.
+    with running_cluster(tmp_path_factory.mktemp("cluster"), 3, stop_timeout=0) as cluster:
+        _CLUSTERS.append(cluster)
+        yield cluster

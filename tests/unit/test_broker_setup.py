@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from processor.broker.launcher import (
+from processor.broker.jars import (
     KAFKA_VERSION,
     BrokerError,
-    _resource,
     ensure_jars,
     find_java,
     find_maven,
+    resource,
 )
 from processor.config import KafkaSettings, client_config_from_env, parse_settings
 from processor.topics import TopicNames, plan_topics
@@ -24,8 +24,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_compose_and_pom_pin_the_launchers_kafka_version() -> None:
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     assert compose["services"]["kafka"]["image"] == f"apache/kafka:{KAFKA_VERSION}"
-    pom = _resource("pom.xml").read_text()
-    assert re.search(r"<kafka.version>(.+?)</kafka.version>", pom).group(1) == KAFKA_VERSION  # type: ignore[union-attr]
+    for name in ("pom.xml", "tools-pom.xml"):
+        pom = resource(name).read_text()
+        assert re.search(r"<kafka.version>(.+?)</kafka.version>", pom).group(1) == KAFKA_VERSION  # type: ignore[union-attr]
 
 
 def test_compose_runs_topic_setup_before_the_worker() -> None:

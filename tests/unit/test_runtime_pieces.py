@@ -238,9 +238,9 @@ def test_cluster_pages_merge_longest_first_with_a_cursor() -> None:
 def test_broker_cluster_ids_never_start_with_a_dash() -> None:
     """kafka-storage's argument parser read a leading '-' as an option (found when a
     test broker failed to format)."""
-    from processor.broker.launcher import _cluster_id
+    from processor.broker.server import new_uuid
 
-    ids = [_cluster_id() for _ in range(5_000)]  # about 78 would start with '-' unguarded
+    ids = [new_uuid() for _ in range(5_000)]  # about 78 would start with '-' unguarded
     assert not [i for i in ids if i.startswith("-")]
     assert all(len(i) == 22 for i in ids)
 
