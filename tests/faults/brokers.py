@@ -9,7 +9,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from processor.broker.cluster import Cluster as Brokers
-
 from tests.faults.check import Row
 from tests.faults.cluster import Cluster, Feeder
 from tests.faults.scenarios import Size, fresh_env, run_scenario, sleep_until
