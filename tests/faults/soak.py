@@ -20,11 +20,11 @@ from pathlib import Path
 
 import click
 from confluent_kafka import Consumer, TopicPartition
-from processor.broker.cluster import Cluster as Brokers
-from processor.broker.cluster import running_cluster
 from rich.console import Console
 
 from benchmarks.records import RawRecord
+from processor.broker.cluster import Cluster as Brokers
+from processor.broker.cluster import running_cluster
 from processor.partitioning import partition_for
 from tests.faults.arrivals import Arrivals, recovery_seconds
 from tests.faults.check import Row, check
@@ -121,6 +121,7 @@ class Feed(threading.Thread):
         super().__init__(daemon=True, name="feed")
         self.env, self.rate, self.seconds, self.first_seed = env, rate, seconds, first_seed
         self.sent = 0
+        self.last_sent = 0.0  # wall clock of the last send
         self.run_ids: list[str] = []
         self.error: BaseException | None = None
         self._stopping = threading.Event()
@@ -146,6 +147,7 @@ class Feed(threading.Thread):
                             time.sleep(ahead)
                     client.send_raw(record.key, record.value, record.headers)  # type: ignore[arg-type]
                     self.sent += 1
+                    self.last_sent = time.time()
         except BaseException as exc:  # reported by the soak
             self.error = exc
         finally:
@@ -267,7 +269,8 @@ def soak(
         while feed.is_alive():
             time.sleep(1.0)
             now = time.monotonic() - began
-            if now >= next_kill:
+            # No fault in the feed's last 20 s: its recovery would not be seen.
+            if now >= next_kill and now < minutes * 60 - 20:
                 next_kill += kill_every_s
                 slot = rng.choice(sorted(workers.workers))
                 fault_times.append(time.time())
@@ -322,7 +325,8 @@ def soak(
         check(row, env, workers.live(), PARTITIONS, settle=600)
         workers.note_crashes()
         arrivals.end()
-        row.recovery_s = recovery_seconds(fault_times, arrivals.times, time.time())
+        # Stalls that began in the feed's last half second are the feed ending.
+        row.recovery_s = recovery_seconds(fault_times, arrivals.times, feed.last_sent - 0.5)
     finally:
         if readers is not None:
             readers.stop()
