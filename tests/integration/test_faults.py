@@ -1,12 +1,16 @@
-"""The fault harness, short: every scenario on a real broker, every invariant exact.
-The full version is `make faults` (python -m tests.faults)."""
+"""The fault harness, short: every scenario on a real broker, every invariant exact;
+on the 3-node cluster a partition leader's SIGKILL and a short soak. The full version
+is `make faults` (python -m tests.faults) and `make soak`."""
 
 from pathlib import Path
 
 import pytest
 
+from processor.broker.cluster import Cluster as Brokers
+from tests.faults.brokers import CLUSTER_SCENARIOS
 from tests.faults.check import Row
-from tests.faults.scenarios import SCENARIOS, SHORT, broker_restart
+from tests.faults.scenarios import SCENARIOS, SHORT, Size, broker_restart
+from tests.faults.soak import plot, soak, table
 
 
 def assert_clean(row: Row) -> None:
@@ -28,7 +32,9 @@ def test_faust_runtime_under_kills_keeps_its_guarantee(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     """At least once: repeats allowed (each the same outcome), nothing lost or different."""
-    row = SCENARIOS["kills"](kafka_bootstrap, tmp_path, "faust", SHORT)
+    # Half the short feed: the Faust runtime is fed at a fifth of the native rate.
+    size = Size(SHORT.runs // 2, SHORT.proposals // 2, SHORT.rate, 2, 0)
+    row = SCENARIOS["kills"](kafka_bootstrap, tmp_path, "faust", size)
     assert_clean(row)
 
 
@@ -36,3 +42,25 @@ def test_broker_stop_and_start_mid_stream(launcher: None, tmp_path: Path) -> Non
     row = broker_restart(tmp_path, "native", SHORT)
     assert_clean(row)
     assert row.faults == 1
+
+
+def test_a_partition_leader_killed_on_a_cluster(kafka_cluster: Brokers, tmp_path: Path) -> None:
+    """Replication 3, min.insync.replicas 2: the leader of a proposals partition is
+    SIGKILLed mid-stream and started again; nothing lost, repeated or different."""
+    size = Size(runs=800, proposals=8_000, rate=600, kills=0, hostile=0)
+    row = CLUSTER_SCENARIOS["leader"](kafka_cluster, tmp_path, "native", size)
+    assert_clean(row)
+    assert row.faults == 1 and len(row.recovery_s) == 1
+
+
+def test_a_short_soak_on_a_cluster(kafka_cluster: Brokers, tmp_path: Path) -> None:
+    """`make soak` in little: a minute at half the drain rate, workers SIGKILLed, a broker
+    restarted; the invariants hold and the report and its plot are written."""
+    report = soak(kafka_cluster, tmp_path / "soak", 1.0, kill_every_s=15)
+    assert_clean(report.row)
+    assert [what for _, what in report.faults if "broker" in what], report.faults
+    assert len([f for f in report.faults if "SIGKILL" in f[1]]) >= 2, report.faults
+    assert report.samples and all(s.rss_mb for s in report.samples)
+    assert "| lost |" in table(report)
+    plot(report, tmp_path / "soak.png")
+    assert (tmp_path / "soak.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
