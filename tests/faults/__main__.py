@@ -7,12 +7,12 @@ from dataclasses import asdict
 from pathlib import Path
 
 import click
-from processor.broker.cluster import running_cluster
 from rich.console import Console
 from rich.table import Table
 
+from processor.broker.cluster import running_cluster
 from processor.broker.provide import provide_broker
-from tests.faults.brokers import CLUSTER_SCENARIOS, CLUSTER_SIZE
+from tests.faults.brokers import CLUSTER_NAMES, CLUSTER_SCENARIOS, CLUSTER_SIZE
 from tests.faults.check import Row
 from tests.faults.scenarios import FULL, SCENARIOS, SHORT, Size, broker_restart
 
@@ -126,9 +126,40 @@ def main(
                                 runtime,
                             )
     console.print(report(rows))
+    for line in bounds(rows):
+        console.print(line)
     if json_path is not None:
         json_path.write_text(json.dumps([asdict(r) for r in rows], indent=2))
     raise SystemExit(0 if all(r.clean for r in rows) else 1)
+
+
+#: Recovery after a single-broker fault on the cluster (median, max), and after the
+#: single broker's restart, in seconds.
+CLUSTER_BOUNDS = (10.0, 20.0)
+BROKER_RESTART_BOUND = 15.0
+
+
+def bounds(rows: list[Row]) -> list[str]:
+    """The recovery figures against their bounds, one line each (timing on a shared
+    machine: reported, not part of the exit status)."""
+    lines = []
+    cluster = sorted(s for r in rows if r.scenario in CLUSTER_NAMES for s in r.recovery_s)
+    if cluster:
+        median, worst = cluster[len(cluster) // 2], cluster[-1]
+        met = median <= CLUSTER_BOUNDS[0] and worst <= CLUSTER_BOUNDS[1]
+        lines.append(
+            f"cluster faults: recovery median {median:.1f} s (bound {CLUSTER_BOUNDS[0]:.0f}), "
+            f"max {worst:.1f} s (bound {CLUSTER_BOUNDS[1]:.0f}): {'met' if met else 'NOT met'}"
+        )
+    for row in rows:
+        if row.scenario == "broker stop and start" and row.recovery_s:
+            worst = max(row.recovery_s)
+            met = worst <= BROKER_RESTART_BOUND
+            lines.append(
+                f"single broker restart ({row.runtime}): recovery {worst:.1f} s (bound "
+                f"{BROKER_RESTART_BOUND:.0f}): {'met' if met else 'NOT met'}"
+            )
+    return lines
 
 
 def _shorter(size: Size) -> Size:

@@ -151,3 +151,14 @@ CLUSTER_SCENARIOS: dict[str, Callable[[Brokers, Path, str, Size], Row]] = {
     "pause": paused_node,
     "lost-disk": lost_disk,
 }
+
+#: The scenarios' row names, for the report's recovery bounds.
+CLUSTER_NAMES = {
+    "SIGKILL a proposals leader",
+    "SIGKILL a changelog leader",
+    "SIGKILL a transaction coordinator",
+    "SIGKILL the group coordinator",
+    "rolling restart of 3 brokers",
+    "SIGSTOP a broker past its session",
+    "broker restarted with its disk lost",
+}
