@@ -69,6 +69,10 @@ class KafkaSettings:
             # A broker back from a restart is reached within a second: librdkafka's
             # reconnect backoff otherwise grows to 10 s, all of it added to a failover.
             "reconnect.backoff.max.ms": 1000,
+            # A broker frozen with its sockets open (a GC pause, a stopped VM) holds every
+            # request sent to it this long before the client tries elsewhere (librdkafka:
+            # 60 s); its controller fenced it after seconds.
+            "socket.timeout.ms": 10_000,
             **(defaults or {}),
             **self.client_config,
             **(overrides or {}),
