@@ -9,6 +9,7 @@ import time
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -145,3 +146,95 @@ def test_a_worker_asked_to_stop_stops_instead_of_restarting(
     monkeypatch.setattr(os, "execv", lambda *_: pytest.fail("restarted"))
     worker_cli.restart_in_place(lambda: True, "the producer failed")
     assert not worker_cli.STOP_SIGNALS & signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
+class _Consumer:
+    def __init__(self) -> None:
+        self.paused: list[int] = []
+
+    def pause(self, partitions: list[object]) -> None:
+        self.paused += [tp.partition for tp in partitions]  # type: ignore[attr-defined]
+
+
+class _NewProducer:
+    """What `_new_producer` hands back: an idle producer that records its close."""
+
+    def __init__(self) -> None:
+        self.open = False
+        self.committing = False
+        self.closed = threading.Event()
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+class _RestoreJob:
+    made: ClassVar[list[dict[int, object]]] = []
+
+    def __init__(self, settings: object, topics: object, stores: dict[int, object]) -> None:
+        self.stores = stores
+        _RestoreJob.made.append(stores)
+
+
+def _worker_owning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Worker:
+    from processor.runtime import worker as worker_module
+    from processor.runtime.store import PartitionStore
+
+    monkeypatch.setattr(worker_module, "RestoreJob", _RestoreJob)
+    _RestoreJob.made = []
+    config = WorkerConfig(
+        kafka=KafkaSettings("127.0.0.1:1"),
+        topics=TopicNames.with_prefix("t."),
+        keyring=generate_keyring(),
+        machines=builtin_machines(),
+        state_dir=tmp_path,
+    )
+    worker = Worker(config)
+    worker.consumer = _Consumer()  # type: ignore[assignment]
+    worker.producer = _NewProducer()  # type: ignore[assignment]
+    worker._new_producer = _NewProducer  # type: ignore[assignment,method-assign]
+    worker.stores.add({p: PartitionStore(tmp_path / f"p{p}") for p in (0, 2)})
+    worker.checkpoint = worker._new_checkpoint()
+    return worker
+
+
+def test_a_hung_producer_is_replaced_and_the_stores_catch_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nobody knows whether the hung transaction committed: both checkpoints go unapplied,
+    the old producer stays referenced (its destructor would block), and every owned
+    store catches up from the changelog with its partition paused meanwhile."""
+    worker = _worker_owning(tmp_path, monkeypatch)
+    old, checkpoint = worker.producer, worker.checkpoint
+    worker.committing = checkpoint
+    worker._stale_coordinator = True
+    worker._replace_producer("send_offsets_to_transaction has not returned after 3s")
+    assert worker.producer is not old and old in worker._retired
+    assert worker.committing is None and worker.checkpoint is not checkpoint
+    assert worker.checkpoint is not None and not worker.checkpoint.open
+    assert worker.checkpoint.producer is worker.producer
+    assert sorted(_RestoreJob.made[0]) == [0, 2] and worker.stores.owned() == []
+    assert sorted(worker.consumer.paused) == [0, 2]  # type: ignore[union-attr]
+    assert not worker._stale_coordinator and worker.stats.aborts == 1
+    for store in _RestoreJob.made[0].values():
+        store.close()  # type: ignore[attr-defined]
+
+
+def test_a_fresh_producer_waits_for_a_moment_between_transactions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the group lost its coordinator the producer is swapped, but never under an
+    open transaction; the old one is closed (it holds none) off the loop's thread."""
+    worker = _worker_owning(tmp_path, monkeypatch)
+    old = worker.producer
+    assert worker.checkpoint is not None
+    worker.checkpoint._produced = True  # a transaction is open
+    worker._stale_coordinator = True
+    worker._fresh_producer()
+    assert worker.producer is old and worker._stale_coordinator
+    worker.checkpoint = worker._new_checkpoint()
+    worker._fresh_producer()
+    assert worker.producer is not old and not worker._stale_coordinator
+    assert worker.checkpoint.producer is worker.producer
+    assert old.closed.wait(5)  # type: ignore[union-attr]
+    worker.stores.close()
