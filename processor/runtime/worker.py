@@ -51,6 +51,7 @@ from processor.outputs import (
 from processor.pipeline import DeadLetterReason, Outcome, Placement, decide_record
 from processor.punctuator import Punctuator, timer_key
 from processor.runtime.checkpoint import Checkpoint
+from processor.runtime.heap import IdleTrim
 from processor.runtime.poison import Quarantine, is_record_error
 from processor.runtime.preflight import check_topics
 from processor.runtime.producer import TransactionalProducer
@@ -136,6 +137,7 @@ class Worker:
         self._restores: list[RestoreJob] = []
         self.assigned = False  # has had an assignment (possibly empty) from the group
         self.last_turn = time.monotonic()  # when the loop last turned (liveness)
+        self.heap = IdleTrim()
 
     # -- life cycle ------------------------------------------------------------
     def start(self) -> None:
@@ -277,6 +279,8 @@ class Worker:
             self._start_commit()
         if self.committing is None:  # (the producer is the commit's until it is over)
             self.producer.poll(0)
+            if not batch and not checkpoint.open:  # nothing to do: memory back (heap.py)
+                self.heap.idle(self.stats.proposals + self.stats.restored_records, now)
 
     def _measure_lag(self) -> None:
         """Records behind per owned partition: the end of the partition (as of the
