@@ -1,6 +1,8 @@
 """Runtime pieces that need no broker: partitioning, keyrings, the record pipeline, stores."""
 
 import json
+import platform
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ from processor.machines import builtin_machines
 from processor.outputs import Source, outcome_records
 from processor.partitioning import murmur2, partition_for
 from processor.pipeline import DeadLetterReason, decide_record
+from processor.runtime.heap import IdleTrim, malloc_trim
 from processor.runtime.store import PartitionStore
 from processor.topics import TopicNames
 from schemas import Proposal, Rejection, RejectionCode
@@ -268,3 +271,24 @@ def test_restore_reads_index_fields_from_the_header_as_from_the_record() -> None
     )
     assert _index_fields(value, None) == expected
     assert _index_fields(value, snapshot_index(commit.snapshot)) == expected
+
+
+def test_idle_trim_after_work_and_not_more_often_than_asked() -> None:
+    calls: list[int] = []
+    heap = IdleTrim(every_s=10.0, trim=lambda pad: calls.append(pad) or 1)
+    heap.idle(0, now=100.0)  # nothing done yet: nothing to give back
+    assert calls == []
+    heap.idle(5, now=101.0)
+    assert calls == [0]
+    heap.idle(9, now=105.0)  # work since, but only 4 s later
+    heap.idle(9, now=120.0)
+    assert calls == [0, 0]
+    heap.idle(9, now=200.0)  # idle all along since the last trim
+    assert calls == [0, 0]
+
+
+def test_malloc_trim_is_glibcs_on_linux() -> None:
+    trim = malloc_trim()
+    if sys.platform == "linux" and platform.libc_ver()[0] == "glibc":
+        assert trim is not None and trim(0) in (0, 1)
+    IdleTrim(trim=None).idle(1, now=0.0)  # found or not, an idle turn never fails
