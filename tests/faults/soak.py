@@ -404,7 +404,9 @@ def plot(report: Report, path: Path) -> None:
     fig, axes = plt.subplots(3, 1, figsize=(10, 9), sharex=True)
     for life in report.lives:
         xs = [at / 60 for at, _ in life.rss]
-        axes[0].plot(xs, [mb for _, mb in life.rss], label=f"worker {life.slot}")
+        axes[0].plot(
+            xs, [mb for _, mb in life.rss], color=f"C{life.slot}", label=f"worker {life.slot}"
+        )
     axes[0].set_ylabel("RSS (MB)")
     handles, labels = axes[0].get_legend_handles_labels()
     unique = dict(zip(labels, handles, strict=False))
