@@ -20,6 +20,8 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -629,23 +631,24 @@ class Worker:
         # Commit what was processed while the generation is still valid, then let go
         # (also when the commit failed for good: the partitions are not ours any more,
         # whatever the producer does next).
-        try:
+        with self._letting_go(partitions):
             self._commit()
-        except ClientBroken:  # the loop replaces the producer; nothing staged may stay
-            self.checkpoint = self._new_checkpoint()
-            raise
-        finally:
-            self._cancel_restores([tp.partition for tp in partitions])
-            self._drop([tp.partition for tp in partitions])
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Another worker owns them already: our open transaction must not commit (a
         # commit in flight has its outcome applied, whichever it is, before the stores go).
-        checkpoint = self.checkpoint
-        try:
+        with self._letting_go(partitions):
+            checkpoint = self.checkpoint
             if self.committing is not None or (checkpoint is not None and checkpoint.open):
                 self._abort("partitions lost")
             self._stale_coordinator = True
+
+    @contextmanager
+    def _letting_go(self, partitions: list[TopicPartition]) -> Iterator[None]:
+        """Around what a rebalance callback does before the partitions go: they go (their
+        restores cancelled, their stores dropped) whatever it raised."""
+        try:
+            yield
         except ClientBroken:  # the loop replaces the producer; nothing staged may stay
             self.checkpoint = self._new_checkpoint()
             raise

@@ -46,119 +46,100 @@ def _any(brokers: Brokers, workers: Cluster) -> int:
     return random.Random(workers.env.group_id).choice(brokers.node_ids)
 
 
-def _scenario(
-    name: str,
-    brokers: Brokers,
-    tmp: Path,
-    runtime: str,
-    size: Size,
-    fault: Callable[[Feeder, Brokers, Cluster], list[float]],
-) -> Row:
+#: What is done to the cluster while the feed runs: (feeder, brokers, workers) -> the
+#: wall-clock times of the faults.
+Fault = Callable[[Feeder, Brokers, Cluster], list[float]]
+Scenario = Callable[[Brokers, Path, str, Size], Row]
+
+
+def _scenario(name: str, fault: Fault) -> Scenario:
     """Fresh replicated topics, two workers, the workload fed while `fault` runs."""
-    env = fresh_env(brokers.bootstrap, tmp, replication=REPLICATION)
-    # The worker's own session timeout (10 s), not the 6 s the single-broker scenarios
-    # use to fail over from a killed worker fast: no worker is killed here, and a group
-    # coordinator's move takes the cluster longer than 6 s to settle.
-    workers = Cluster(env, runtime, "-X", "session.timeout.ms=10000")
-    for slot in range(2):
-        workers.start(slot)
-    try:
-        row = run_scenario(
-            name, env, runtime, size, workers, lambda feeder, w, _: fault(feeder, brokers, w)
-        )
-    finally:
-        # Whatever the fault left down comes back for the next scenario.
-        for node in brokers.node_ids:
-            if not brokers.alive(node):
-                brokers.start(node)
-        brokers.wait_in_sync(timeout=180)
-    return row
-
-
-def kill_node(name: str, victim: Victim) -> Callable[[Brokers, Path, str, Size], Row]:
-    """SIGKILL the node `victim` picks a third into the feed; start it again DOWN_S later
-    (its data intact) and let it catch up."""
 
     def scenario(brokers: Brokers, tmp: Path, runtime: str, size: Size) -> Row:
-        def fault(feeder: Feeder, brokers: Brokers, workers: Cluster) -> list[float]:
-            start = time.monotonic()
-            sleep_until(start, feeder.seconds / 3)
-            node = victim(brokers, workers)
-            times = [time.time()]
-            brokers.kill(node)
-            time.sleep(DOWN_S)
-            brokers.start(node)
-            return times
-
-        return _scenario(name, brokers, tmp, runtime, size, fault)
+        env = fresh_env(brokers.bootstrap, tmp, replication=REPLICATION)
+        # The worker's own session timeout (10 s), not the 6 s the single-broker scenarios
+        # use to fail over from a killed worker fast: no worker is killed here, and a group
+        # coordinator's move takes the cluster longer than 6 s to settle.
+        workers = Cluster(env, runtime, "-X", "session.timeout.ms=10000")
+        for slot in range(2):
+            workers.start(slot)
+        try:
+            return run_scenario(
+                name, env, runtime, size, workers, lambda feeder, w, _: fault(feeder, brokers, w)
+            )
+        finally:
+            # Whatever the fault left down comes back for the next scenario.
+            for node in brokers.node_ids:
+                if not brokers.alive(node):
+                    brokers.start(node)
+            brokers.wait_in_sync(timeout=180)
 
     return scenario
 
 
-def rolling_restart(brokers: Brokers, tmp: Path, runtime: str, size: Size) -> Row:
+def _kill(victim: Victim) -> Fault:
+    """SIGKILL the node `victim` picks a third into the feed; start it again DOWN_S later
+    (its data intact) and let it catch up."""
+
+    def fault(feeder: Feeder, brokers: Brokers, workers: Cluster) -> list[float]:
+        sleep_until(time.monotonic(), feeder.seconds / 3)
+        node = victim(brokers, workers)
+        times = [time.time()]
+        brokers.kill(node)
+        time.sleep(DOWN_S)
+        brokers.start(node)
+        return times
+
+    return fault
+
+
+def _rolling_restart(feeder: Feeder, brokers: Brokers, workers: Cluster) -> list[float]:
     """Every node in turn: stopped (a controlled shutdown), started, caught up; the next
     only once the last is back in every ISR, as an operator upgrades a cluster."""
-
-    def fault(feeder: Feeder, brokers: Brokers, workers: Cluster) -> list[float]:
-        sleep_until(time.monotonic(), feeder.seconds / 6)
-        times = []
-        for node in brokers.node_ids:
-            times.append(time.time())
-            brokers.stop(node)
-            brokers.start(node)
-            brokers.wait_in_sync(node, timeout=120)
-        return times
-
-    return _scenario("rolling restart of 3 brokers", brokers, tmp, runtime, size, fault)
+    sleep_until(time.monotonic(), feeder.seconds / 6)
+    times = []
+    for node in brokers.node_ids:
+        times.append(time.time())
+        brokers.stop(node)
+        brokers.start(node)
+        brokers.wait_in_sync(node, timeout=120)
+    return times
 
 
-def paused_node(brokers: Brokers, tmp: Path, runtime: str, size: Size) -> Row:
+def _pause(feeder: Feeder, brokers: Brokers, workers: Cluster) -> list[float]:
     """A node frozen (SIGSTOP) past its session, as a long GC pause or a frozen VM, then
     resumed (SIGCONT): fenced meanwhile, it must rejoin without serving stale data."""
-
-    def fault(feeder: Feeder, brokers: Brokers, workers: Cluster) -> list[float]:
-        sleep_until(time.monotonic(), feeder.seconds / 3)
-        node = _proposals_leader(brokers, workers)
-        times = [time.time()]
-        brokers.pause(node)
-        time.sleep(PAUSE_S)
-        brokers.resume(node)
-        return times
-
-    return _scenario("SIGSTOP a broker past its session", brokers, tmp, runtime, size, fault)
+    sleep_until(time.monotonic(), feeder.seconds / 3)
+    node = _proposals_leader(brokers, workers)
+    times = [time.time()]
+    brokers.pause(node)
+    time.sleep(PAUSE_S)
+    brokers.resume(node)
+    return times
 
 
-def lost_disk(brokers: Brokers, tmp: Path, runtime: str, size: Size) -> Row:
+def _lost_disk(feeder: Feeder, brokers: Brokers, workers: Cluster) -> list[float]:
     """A node killed and started again with an empty data directory (a disk lost): it
     must catch up from the others, and no acknowledged record may go missing."""
-
-    def fault(feeder: Feeder, brokers: Brokers, workers: Cluster) -> list[float]:
-        sleep_until(time.monotonic(), feeder.seconds / 3)
-        node = _any(brokers, workers)
-        times = [time.time()]
-        brokers.wipe_and_start(node)
-        return times
-
-    return _scenario("broker restarted with its disk lost", brokers, tmp, runtime, size, fault)
+    sleep_until(time.monotonic(), feeder.seconds / 3)
+    node = _any(brokers, workers)
+    times = [time.time()]
+    brokers.wipe_and_start(node)
+    return times
 
 
-CLUSTER_SCENARIOS: dict[str, Callable[[Brokers, Path, str, Size], Row]] = {
-    "leader": kill_node("SIGKILL a proposals leader", _proposals_leader),
-    "changelog-leader": kill_node("SIGKILL a changelog leader", _changelog_leader),
-    "txn-coordinator": kill_node("SIGKILL a transaction coordinator", _transaction_coordinator),
-    "group-coordinator": kill_node("SIGKILL the group coordinator", _group_coordinator),
-    "rolling": rolling_restart,
-    "pause": paused_node,
-    "lost-disk": lost_disk,
+#: Each scenario's key (`--scenario`), its row's name and its fault.
+_FAULTS: dict[str, tuple[str, Fault]] = {
+    "leader": ("SIGKILL a proposals leader", _kill(_proposals_leader)),
+    "changelog-leader": ("SIGKILL a changelog leader", _kill(_changelog_leader)),
+    "txn-coordinator": ("SIGKILL a transaction coordinator", _kill(_transaction_coordinator)),
+    "group-coordinator": ("SIGKILL the group coordinator", _kill(_group_coordinator)),
+    "rolling": ("rolling restart of 3 brokers", _rolling_restart),
+    "pause": ("SIGSTOP a broker past its session", _pause),
+    "lost-disk": ("broker restarted with its disk lost", _lost_disk),
 }
-
+CLUSTER_SCENARIOS: dict[str, Scenario] = {
+    key: _scenario(name, fault) for key, (name, fault) in _FAULTS.items()
+}
 #: The scenarios' row names, for the report's recovery bounds.
-CLUSTER_NAMES = {
-    "SIGKILL a proposals leader",
-    "SIGKILL a changelog leader",
-    "SIGKILL a transaction coordinator",
-    "SIGKILL the group coordinator",
-    "rolling restart of 3 brokers",
-    "SIGSTOP a broker past its session",
-    "broker restarted with its disk lost",
-}
+CLUSTER_NAMES = {name for name, _ in _FAULTS.values()}
