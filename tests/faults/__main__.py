@@ -3,6 +3,8 @@ broker, then the report table (and JSON with --json)."""
 
 import json
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
@@ -77,8 +79,17 @@ def report(rows: list[Row]) -> Table:
 @click.option(
     "--json", "json_path", type=click.Path(path_type=Path), help="Also write the rows as JSON here."
 )
+@click.option(
+    "--keep",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Keep the working directory (worker and broker logs) here.",
+)
 def main(
-    scenarios: tuple[str, ...], runtimes: tuple[str, ...], short: bool, json_path: Path | None
+    scenarios: tuple[str, ...],
+    runtimes: tuple[str, ...],
+    short: bool,
+    json_path: Path | None,
+    keep: Path | None,
 ) -> None:
     """Run the fault scenarios and print lost / duplicated / mismatched per scenario.
 
@@ -98,7 +109,7 @@ def main(
         verdict = "clean" if row.clean else "NOT CLEAN"
         console.print(f"{row.scenario} ({runtime}): {verdict} {row.examples[:3]}")
 
-    with tempfile.TemporaryDirectory(prefix="runstate-faults-") as tmp:
+    with _workdir(keep) as tmp:
         single = [n for n in chosen if n not in CLUSTER_SCENARIOS]
         on_cluster = [n for n in chosen if n in CLUSTER_SCENARIOS]
         for runtime in runtimes or ("native",):
@@ -131,6 +142,16 @@ def main(
     if json_path is not None:
         json_path.write_text(json.dumps([asdict(r) for r in rows], indent=2))
     raise SystemExit(0 if all(r.clean for r in rows) else 1)
+
+
+@contextmanager
+def _workdir(keep: Path | None) -> Iterator[str]:
+    if keep is None:
+        with tempfile.TemporaryDirectory(prefix="runstate-faults-") as tmp:
+            yield tmp
+    else:
+        keep.mkdir(parents=True, exist_ok=True)
+        yield str(keep)
 
 
 #: Recovery after a single-broker fault on the cluster (median, max), and after the
