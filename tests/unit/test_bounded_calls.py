@@ -25,6 +25,17 @@ from processor.runtime.worker import Worker
 from processor.topics import TopicNames
 
 
+def _offline_config(state_dir: Path) -> WorkerConfig:
+    """A worker's configuration pointing at no broker (its clients are replaced)."""
+    return WorkerConfig(
+        kafka=KafkaSettings("127.0.0.1:1"),
+        topics=TopicNames.with_prefix("t."),
+        keyring=generate_keyring(),
+        machines=builtin_machines(),
+        state_dir=state_dir,
+    )
+
+
 def test_a_call_that_returns_passes_its_result_or_error(monkeypatch: pytest.MonkeyPatch) -> None:
     bounded("quick", lambda: None, 1)
     with pytest.raises(ValueError, match="boom"):
@@ -91,14 +102,7 @@ def test_a_broken_worker_neither_closes_nor_frees_its_clients(tmp_path: Path) ->
     destructors, which blocked forever behind a hung send_offsets_to_transaction; the
     worker never reached its restart in place and kept its partitions. A broken worker
     keeps them (the CLI holds the worker until it replaces the process image)."""
-    config = WorkerConfig(
-        kafka=KafkaSettings("127.0.0.1:1"),
-        topics=TopicNames.with_prefix("t."),
-        keyring=generate_keyring(),
-        machines=builtin_machines(),
-        state_dir=tmp_path,
-    )
-    broken = Worker(config)
+    broken = Worker(_offline_config(tmp_path))
     clients = _Client("consumer"), _Client("producer")
     alive = [weakref.ref(c) for c in clients]
     broken.consumer, broken.producer = clients  # type: ignore[assignment]
@@ -182,14 +186,7 @@ def _worker_owning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Worker:
 
     monkeypatch.setattr(worker_module, "RestoreJob", _RestoreJob)
     _RestoreJob.made = []
-    config = WorkerConfig(
-        kafka=KafkaSettings("127.0.0.1:1"),
-        topics=TopicNames.with_prefix("t."),
-        keyring=generate_keyring(),
-        machines=builtin_machines(),
-        state_dir=tmp_path,
-    )
-    worker = Worker(config)
+    worker = Worker(_offline_config(tmp_path))
     worker.consumer = _Consumer()  # type: ignore[assignment]
     worker.producer = _NewProducer()  # type: ignore[assignment]
     worker._new_producer = _NewProducer  # type: ignore[assignment,method-assign]
