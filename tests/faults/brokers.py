@@ -77,20 +77,30 @@ def _scenario(name: str, fault: Fault) -> Scenario:
     return scenario
 
 
-def _kill(victim: Victim) -> Fault:
-    """SIGKILL the node `victim` picks a third into the feed; start it again DOWN_S later
-    (its data intact) and let it catch up."""
+def _hurt(
+    victim: Victim,
+    hurt: Callable[[Brokers, int], None],
+    heal: Callable[[Brokers, int], None],
+    for_s: float,
+) -> Fault:
+    """A third into the feed, `hurt` the node `victim` picks; `heal` it `for_s` later."""
 
     def fault(feeder: Feeder, brokers: Brokers, workers: Cluster) -> list[float]:
         sleep_until(time.monotonic(), feeder.seconds / 3)
         node = victim(brokers, workers)
         times = [time.time()]
-        brokers.kill(node)
-        time.sleep(DOWN_S)
-        brokers.start(node)
+        hurt(brokers, node)
+        time.sleep(for_s)
+        heal(brokers, node)
         return times
 
     return fault
+
+
+def _kill(victim: Victim) -> Fault:
+    """SIGKILL the node `victim` picks; start it again DOWN_S later (its data intact) and
+    let it catch up."""
+    return _hurt(victim, Brokers.kill, Brokers.start, DOWN_S)
 
 
 def _rolling_restart(feeder: Feeder, brokers: Brokers, workers: Cluster) -> list[float]:
@@ -106,16 +116,9 @@ def _rolling_restart(feeder: Feeder, brokers: Brokers, workers: Cluster) -> list
     return times
 
 
-def _pause(feeder: Feeder, brokers: Brokers, workers: Cluster) -> list[float]:
-    """A node frozen (SIGSTOP) past its session, as a long GC pause or a frozen VM, then
-    resumed (SIGCONT): fenced meanwhile, it must rejoin without serving stale data."""
-    sleep_until(time.monotonic(), feeder.seconds / 3)
-    node = _proposals_leader(brokers, workers)
-    times = [time.time()]
-    brokers.pause(node)
-    time.sleep(PAUSE_S)
-    brokers.resume(node)
-    return times
+#: A node frozen (SIGSTOP) past its session, as a long GC pause or a frozen VM, then
+#: resumed (SIGCONT): fenced meanwhile, it must rejoin without serving stale data.
+_pause = _hurt(_proposals_leader, Brokers.pause, Brokers.resume, PAUSE_S)
 
 
 def _lost_disk(feeder: Feeder, brokers: Brokers, workers: Cluster) -> list[float]:

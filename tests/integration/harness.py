@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Message
+from confluent_kafka import Consumer, Message
 
 from processor.client import RunstateClient
 from processor.config import KafkaSettings
@@ -58,6 +58,30 @@ class Env:
         return self.signing_key(key_id).headers(
             self.topics.proposals, key, value, int(time.time() * 1000)
         )
+
+
+def consume_all(bootstrap: str, topic: str, expected: int, **extra: str) -> list[Message]:
+    """`topic` from the start through a fresh group's subscription, until `expected`
+    records arrived (or 60 s), then a second more: anything beyond would be a bug."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"g-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            **extra,
+        }
+    )
+    consumer.subscribe([topic])
+    found: list[Message] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(found) < expected and time.monotonic() < deadline:
+            found += [m for m in consumer.consume(500, timeout=0.5) if m.error() is None]
+        found += [m for m in consumer.consume(500, timeout=1.0) if m.error() is None]
+    finally:
+        consumer.close()
+    return found
 
 
 def make_env(bootstrap: str, topics: TopicNames, tmp: Path) -> Env:

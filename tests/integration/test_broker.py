@@ -13,34 +13,11 @@ from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 
 from processor.broker.launcher import Broker, ensure_jars, jars_dir
 from processor.topics import TopicNames, create_topics, describe_topics, plan_topics
+from tests.integration.harness import consume_all
 
 
 def _consume_all(bootstrap: str, topic: str, expected: int, **extra: str) -> list[bytes]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"g-{uuid.uuid4().hex}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            **extra,
-        }
-    )
-    consumer.subscribe([topic])
-    values: list[bytes] = []
-    try:
-        for _ in range(60):
-            for msg in consumer.consume(num_messages=500, timeout=0.5):
-                if msg.error() is None:
-                    values.append(msg.value())
-            if len(values) >= expected:
-                # keep reading briefly: anything more would be a bug
-                for msg in consumer.consume(num_messages=500, timeout=1.0):
-                    if msg.error() is None:
-                        values.append(msg.value())
-                break
-    finally:
-        consumer.close()
-    return values
+    return [m.value() or b"" for m in consume_all(bootstrap, topic, expected, **extra)]
 
 
 def test_produce_and_consume(kafka_bootstrap: str, topic_names: TopicNames) -> None:

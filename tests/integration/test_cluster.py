@@ -24,6 +24,7 @@ from processor.broker.jars import ensure_tools
 from processor.broker.server import Jvm, run_tool
 from processor.cli.main import cli
 from processor.topics import TopicNames, TopicPlan, create_topics, topic_configs
+from tests.integration.harness import consume_all
 
 
 def _topic(cluster: Cluster, partitions: int = 3) -> str:
@@ -50,28 +51,6 @@ def _replicas(cluster: Cluster, topic: str) -> set[int]:
         if (metadata.error is None and metadata.partitions) or time.monotonic() > deadline:
             return {len(p.replicas) for p in metadata.partitions.values()}
         time.sleep(0.1)
-
-
-def _read_all(bootstrap: str, topic: str, expected: int, **extra: str) -> list[Message]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"g-{uuid.uuid4().hex}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            **extra,
-        }
-    )
-    consumer.subscribe([topic])
-    found: list[Message] = []
-    deadline = time.monotonic() + 60
-    try:
-        while len(found) < expected and time.monotonic() < deadline:
-            found += [m for m in consumer.consume(500, timeout=0.5) if m.error() is None]
-        found += [m for m in consumer.consume(500, timeout=1.0) if m.error() is None]
-    finally:
-        consumer.close()
-    return found
 
 
 def _produce(producer: Producer, topic: str, values: Iterable[str], partition: int = -1) -> None:
@@ -151,7 +130,7 @@ def test_transactions_and_where_their_coordinator_is(kafka_cluster: Cluster) -> 
     producer.begin_transaction()
     _produce(producer, topic, (f"aborted-{i}" for i in range(5)))
     producer.abort_transaction(30)
-    committed = _read_all(
+    committed = consume_all(
         kafka_cluster.bootstrap, topic, 10, **{"isolation.level": "read_committed"}
     )
     assert sorted(m.value() for m in committed) == sorted(
@@ -257,7 +236,7 @@ def test_a_killed_leader_is_replaced_then_its_wiped_node_catches_up(
         voters = Quorum(Jvm.find(), ensure_tools(), kafka_cluster.bootstrap).voters()
         assert (node.node_id, node.directory_id) in voters and lost not in voters
         assert len(voters) == 3
-        values = sorted(m.value() for m in _read_all(kafka_cluster.bootstrap, topic, 1999))
+        values = sorted(m.value() for m in consume_all(kafka_cluster.bootstrap, topic, 1999))
         expected = [f"before-{i}".encode() for i in range(999)]
         expected += [f"after-{i}".encode() for i in range(1000)]
         assert values == sorted(expected)  # none lost, none twice
