@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install tools demo test unit integration bench bench-profile bench-engine faults soak
+.PHONY: install tools demo test unit integration test-docker images lock bench bench-profile bench-engine faults soak
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,24 @@ unit: install tools
 ## integration: tests on a real broker only
 integration: install
 	$(BIN)/pytest -m integration
+
+## test-docker: the broker tests on the testcontainers path (a Kafka container of
+## RUNSTATE_BROKER_IMAGE, from .env when `make images` wrote one); needs a Docker engine
+test-docker: install
+	set -a; [ ! -f .env ] || . ./.env; set +a; \
+	RUNSTATE_BROKER_SOURCE=docker $(BIN)/pytest -m integration tests/integration/test_broker.py
+
+## images: the images docker-compose.yml runs, official where a registry answers, else built
+## here from Debian's packages, PyPI and Maven Central; writes .env naming them
+images: install
+	PYTHON=$(BIN)/python deploy/images/build
+
+## lock: the image's pinned dependencies (deploy/images/constraints.txt), from a fresh venv
+lock:
+	rm -rf build/lock && $(PYTHON) -m venv build/lock
+	build/lock/bin/pip install --quiet '.[worker]'
+	{ echo "# The image's pinned dependencies (runstate[worker]); regenerate with \`make lock\`."; \
+	  build/lock/bin/pip freeze --exclude runstate; } > deploy/images/constraints.txt
 
 ## bench: side-by-side benchmarks on one broker (ceiling, native, Faust, Quix Streams, SQLite),
 ## the engine alone and the native worker's profile; writes BENCHMARKS.md (about 30 minutes)

@@ -246,6 +246,24 @@ def signing_key_from(keyring: Keyring, key_id: str) -> SigningKey:
     return SigningKey.hmac(key_id, entry.secret)
 
 
+def signing_keys(keyring: Keyring, private_dir: Path | None = None) -> dict[str, SigningKey]:
+    """A signer for every key of `keyring`: an HMAC key signs with its own secret, an
+    Ed25519 key with its private half from `<private_dir>/<key id>.key.json` (where
+    `runstate keys generate` writes them)."""
+    signers = {}
+    for key_id, entry in keyring.keys.items():
+        if entry.secret is not None:
+            signers[key_id] = SigningKey.hmac(key_id, entry.secret)
+        elif private_dir is None:
+            raise KeyringError(
+                f"key '{key_id}' is {entry.algorithm}: the keyring holds only its public "
+                "key; give the directory of its private key files"
+            )
+        else:
+            signers[key_id] = load_signing_key(private_dir / f"{key_id}.key.json")
+    return signers
+
+
 #: The standard principals: the runtime, a tool executor, a model, an approver.
 STANDARD_PRINCIPALS = {
     "runtime": ("runtime", "runtime"),

@@ -19,7 +19,7 @@ from processor.broker.provide import configured_bootstrap, provide_broker
 from processor.cli.options import bootstrap_option, option
 from processor.config import KafkaSettings
 from processor.demo.driver import DemoResult, Driver
-from processor.keyring import dump_keyring, generate_keyring
+from processor.keyring import dump_keyring, generate_keyring, signing_keys
 from processor.readback import read_topics
 from processor.runtime.process import WorkerProcess
 from processor.topics import TopicNames, create_topics, plan_topics
@@ -104,7 +104,7 @@ def demo(
             )
             console.print(f"[bold]3/4[/] Workers up, partitions owned: {owned}")
 
-            driver = Driver(settings, topics, keyring, seed=seed)
+            driver = Driver(settings, topics, signing_keys(keyring), seed=seed)
             stack.callback(driver.close)
             with Progress(
                 TextColumn("[bold]4/4[/] {task.description}"),

@@ -10,13 +10,13 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from processor.client import OutcomeWaiter, RunstateClient
 from processor.config import KafkaSettings
 from processor.demo.stories import STORIES, Outcome, Step, Story
-from processor.keyring import Keyring, SigningKey, signing_key_from
+from processor.keyring import SigningKey
 from processor.topics import TopicNames
 from schemas.messages import Proposal, Rejection, Transition
 
@@ -50,20 +50,18 @@ class Driver:
         self,
         settings: KafkaSettings,
         topics: TopicNames,
-        keyring: Keyring,
+        signers: Mapping[str, SigningKey],
         *,
         seed: int = 2026,
         wave_timeout: float = 60.0,
     ) -> None:
         self.rng = random.Random(seed)
-        self.keyring = keyring
+        self.signers = signers  # key id -> its signer; the stories sign as theirs
         self.wave_timeout = wave_timeout
         self.result = DemoResult()
         self._cond = threading.Condition()
         self._waiter = OutcomeWaiter(settings, topics, on_outcome=self._record)
-        self._client = RunstateClient(
-            settings, topics, signing_key=signing_key_from(keyring, "runtime")
-        )
+        self._client = RunstateClient(settings, topics, signing_key=signers["runtime"])
 
     def _record(self, outcome: Outcome) -> None:
         with self._cond:
@@ -83,7 +81,7 @@ class Driver:
         )
         value = proposal.model_dump_json(exclude_none=True).encode()
         key = run_id.encode()
-        headers = signing_key_from(self.keyring, step.key).headers(
+        headers = self.signers[step.key].headers(
             self._client.topics.proposals, key, value, int(time.time() * 1000)
         )
         self._client.send_raw(key, value, headers)

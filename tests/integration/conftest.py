@@ -1,5 +1,6 @@
 """Every integration test gets a real broker: from KAFKA_BOOTSTRAP_SERVERS, else a
-Docker container, else the local launcher (processor.broker.provide). A test that asks
+Docker container, else the local launcher (processor.broker.provide; RUNSTATE_BROKER_SOURCE
+insists on one). The session's first line under the test it starts says which. A test that asks
 for `kafka_cluster` gets a local cluster of three nodes besides."""
 
 import uuid
@@ -10,14 +11,20 @@ import pytest
 from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 
 from processor.broker.cluster import Cluster, running_cluster
-from processor.broker.provide import provide_broker
+from processor.broker.provide import broker_source, provide_broker
 from processor.topics import TopicNames, create_topics, plan_topics
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def kafka_bootstrap(
+    tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> Iterator[str]:
     data_dir: Path = tmp_path_factory.mktemp("broker")
-    with provide_broker(data_dir) as bootstrap:
+    source = broker_source()
+    with provide_broker(data_dir, source=source) as bootstrap:
+        reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"\nbroker: {source.kind}, {source.why}, at {bootstrap}")
         yield bootstrap
 
 

@@ -16,6 +16,7 @@ from selenium.webdriver.common.by import By
 
 from processor.config import KafkaSettings
 from processor.demo.driver import Driver
+from processor.keyring import signing_keys
 from processor.topics import TopicNames
 from tests.integration.harness import Env, WorkerProcess, make_env
 
@@ -41,7 +42,7 @@ TOKEN = "inspect-token-0123456789abcdef"
 @pytest.mark.parametrize("runtime", ["native", "faust"])
 def test_inspector_shows_a_demo_run_in_chromium(env: Env, runtime: str) -> None:
     worker = WorkerProcess(env, env.tmp / "w1", runtime=runtime, http_token=TOKEN)
-    driver = Driver(KafkaSettings(env.bootstrap), env.topics, env.keyring, seed=7)
+    driver = Driver(KafkaSettings(env.bootstrap), env.topics, signing_keys(env.keyring), seed=7)
     try:
         worker.wait_ready(partitions=3)
         result = driver.run(6)

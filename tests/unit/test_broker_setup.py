@@ -23,7 +23,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_compose_and_pom_pin_the_launchers_kafka_version() -> None:
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-    assert compose["services"]["kafka"]["image"] == f"apache/kafka:{KAFKA_VERSION}"
+    image = f"apache/kafka:{KAFKA_VERSION}"
+    assert compose["services"]["kafka"]["image"] == "${RUNSTATE_BROKER_IMAGE:-" + image + "}"
+    assert (ROOT / "deploy" / "images" / "build").read_text().count(
+        "kafka_image=apache/kafka:$KAFKA_VERSION"
+    ) == 1
     for name in ("pom.xml", "tools-pom.xml"):
         pom = resource(name).read_text()
         assert re.search(r"<kafka.version>(.+?)</kafka.version>", pom).group(1) == KAFKA_VERSION  # type: ignore[union-attr]
@@ -37,12 +41,31 @@ def test_compose_runs_topic_setup_before_the_worker() -> None:
     assert services["worker"]["depends_on"]["topics"]["condition"] == (
         "service_completed_successfully"
     )
-    probe = ["CMD", "python", "-m", "processor.runtime.probe", "readyz"]
+    probe = ["CMD", "python3", "-m", "processor.runtime.probe", "readyz"]
     assert services["worker"]["healthcheck"]["test"] == probe
     assert (
-        'CMD ["python", "-m", "processor.runtime.probe", "readyz"]'
+        'CMD ["python3", "-m", "processor.runtime.probe", "readyz"]'
         in (ROOT / "Dockerfile").read_text()
     )
+
+
+def test_compose_survives_down_and_up_and_scales() -> None:
+    """Kafka keeps its data in a named volume (down/up keeps the topics the workers'
+    state came from); each worker replica gets a state volume of its own and a host
+    port of its own, so --scale worker=3 clashes on neither; both restart on failure."""
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    kafka, worker = compose["services"]["kafka"], compose["services"]["worker"]
+    assert "kafka-data:/var/lib/kafka/data" in kafka["volumes"]
+    assert kafka["environment"]["KAFKA_LOG_DIRS"] == "/var/lib/kafka/data"
+    assert "kafka-data" in compose["volumes"] and "state" not in compose["volumes"]
+    assert "/state" in worker["volumes"]  # anonymous: one per container
+    assert worker["environment"]["RUNSTATE_STATE_DIR"] == "/state"
+    assert worker["ports"] == ["8080"]  # a free host port per replica
+    for service in (kafka, worker):
+        assert service["restart"] == "unless-stopped"
+        assert service["healthcheck"]["test"]
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "\nUSER runstate\n" in dockerfile and "-r constraints.txt" in dockerfile
 
 
 def test_compose_gives_the_worker_a_token_and_prometheus_the_same() -> None:
@@ -144,3 +167,25 @@ def test_topic_plan_settings() -> None:
     )
     single = plan_topics(TopicNames.with_prefix(), 1, 1)
     assert all("min.insync.replicas" not in p.config for p in single)
+
+
+def test_broker_source_follows_the_choice_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    from processor.broker.provide import broker_source
+
+    for name in ("KAFKA_BOOTSTRAP_SERVERS", "RUNSTATE_BOOTSTRAP_SERVERS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")  # no engine
+    monkeypatch.setenv("RUNSTATE_BROKER_SOURCE", "launcher")
+    assert broker_source().kind == "launcher"
+    monkeypatch.setenv("RUNSTATE_BROKER_SOURCE", "auto")
+    fallback = broker_source()
+    assert fallback.kind == "launcher" and "no Docker engine answers" in fallback.why
+    monkeypatch.setenv("RUNSTATE_BROKER_SOURCE", "docker")
+    with pytest.raises(BrokerError, match="RUNSTATE_BROKER_SOURCE=docker, but no Docker engine"):
+        broker_source()
+    monkeypatch.setenv("RUNSTATE_BROKER_SOURCE", "podman")
+    with pytest.raises(BrokerError, match="expected one of auto, docker, launcher"):
+        broker_source()
+    monkeypatch.setenv("RUNSTATE_BROKER_SOURCE", "auto")
+    monkeypatch.setenv("RUNSTATE_BOOTSTRAP_SERVERS", "127.0.0.1:1")
+    assert broker_source().kind == "configured"
