@@ -22,10 +22,17 @@ def kafka_bootstrap(
     data_dir: Path = tmp_path_factory.mktemp("broker")
     source = broker_source()
     with provide_broker(data_dir, source=source) as bootstrap:
-        reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
-            reporter.write_line(f"\nbroker: {source.kind}, {source.why}, at {bootstrap}")
+        _say(pytestconfig, f"broker: {source.kind}, {source.why}, at {bootstrap}")
         yield bootstrap
+
+
+def _say(config: pytest.Config, line: str) -> None:
+    """A line on the terminal, past the capture of the test that is being set up."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    if reporter is not None and capture is not None:
+        with capture.global_and_fixture_disabled():
+            reporter.write_line(f"\n{line}")
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
 """The compose stack as a user runs it: `docker compose up --build` from this checkout,
-three workers (`--scale worker=3`) driven through the demo's stories, one worker
-container killed mid-drive, then `down` and `up` again. Every proposal gets exactly one
+three workers (`--scale worker=3`) and Prometheus (the observability profile) scraping
+each, driven through the demo's stories, one worker container killed mid-drive, then
+`down` and `up` again. Every proposal gets exactly one
 outcome, every run's snapshot is what it was, and `runstate verify` finds every
 transition the engine would decide from the proposals topic.
 
@@ -14,6 +15,7 @@ import shutil
 import subprocess
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,9 +49,14 @@ class Stack:
 
     def __init__(self, tmp: Path) -> None:
         self.project = f"runstate-test-{uuid.uuid4().hex[:8]}"
-        self.port = free_port()
+        self.port, self.prometheus_port = free_port(), free_port()
         self.tmp = tmp
-        self.env = {**os.environ, "RUNSTATE_BROKER_HOST_PORT": str(self.port)}
+        self.env = {
+            **os.environ,
+            "RUNSTATE_BROKER_HOST_PORT": str(self.port),
+            "RUNSTATE_PROMETHEUS_HOST_PORT": str(self.prometheus_port),
+            "COMPOSE_PROFILES": "observability",
+        }
         self.env.pop("RUNSTATE_HTTP_TOKEN", None)
 
     def compose(self, *args: str, timeout: float = 600) -> str:
@@ -107,6 +114,23 @@ class Stack:
         name = f"{self.project}-worker-{index}"
         done = subprocess.run(["docker", "kill", name], capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, f"docker kill {name}: {done.stderr}"
+
+    def scraped_workers(self, want: int, timeout: float = 60) -> set[str]:
+        """The worker instances Prometheus scrapes with health "up", once `want` are."""
+        url = f"http://127.0.0.1:{self.prometheus_port}/api/v1/targets?state=active"
+        deadline = time.monotonic() + timeout
+        up: set[str] = set()
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(url, timeout=5) as response:
+                    targets = json.loads(response.read())["data"]["activeTargets"]
+                up = {t["labels"]["instance"] for t in targets if t["health"] == "up"}
+                if len(up) >= want:
+                    return up
+            except OSError:
+                pass  # Prometheus still starting
+            time.sleep(1)
+        return up
 
     def settings(self) -> KafkaSettings:
         return KafkaSettings(f"127.0.0.1:{self.port}")
@@ -176,6 +200,7 @@ def _snapshots(stack: Stack, runs: list[str]) -> dict[str, RunSnapshot | None]:
 
 def test_compose_stack_scaled_killed_and_restarted(stack: Stack) -> None:
     stack.up("--build")
+    assert len(stack.scraped_workers(WORKERS)) == WORKERS
     first = _drive(stack, runs=45, seed=11, kill_at_wave=3)
     runs = sorted(first.final_state)
     before = _snapshots(stack, runs)
