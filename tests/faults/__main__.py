@@ -173,12 +173,16 @@ def bounds(rows: list[Row]) -> list[str]:
             f"max {worst:.1f} s (bound {CLUSTER_BOUNDS[1]:.0f}): {'met' if met else 'NOT met'}"
         )
     for row in rows:
-        if row.scenario == "broker stop and start" and row.recovery_s:
-            worst = max(row.recovery_s)
+        if row.scenario == "broker stop and start" and row.after_return_s:
+            # After the restart: from the broker answering again. From the stop, the
+            # recovery also holds the broker's own time away (its stop, 5 s, its start).
+            worst = max(row.after_return_s)
             met = worst <= BROKER_RESTART_BOUND
             lines.append(
-                f"single broker restart ({row.runtime}): recovery {worst:.1f} s (bound "
-                f"{BROKER_RESTART_BOUND:.0f}): {'met' if met else 'NOT met'}"
+                f"single broker restart ({row.runtime}): recovery {worst:.1f} s after the "
+                f"broker answered again (bound {BROKER_RESTART_BOUND:.0f}): "
+                f"{'met' if met else 'NOT met'}; {max(row.recovery_s):.1f} s from its stop, "
+                f"of which it was away {max(row.away_s):.1f} s"
             )
     return lines
 

@@ -103,3 +103,15 @@ def recovery_seconds(
             worst = max(worst, max(gaps))
         out.append(round(worst, 2))
     return out
+
+
+def first_answers_after(returns: list[float], times: dict[int, list[float]]) -> list[float]:
+    """Per return (a broker answering again), how long until every partition had
+    answered again: the latest of the partitions' first answers after it. A partition
+    with no answer after it is left out here; its stall shows in recovery_seconds."""
+    out = []
+    for back in returns:
+        firsts = [min((t for t in arrived if t > back), default=None) for arrived in times.values()]
+        waits = [t - back for t in firsts if t is not None]
+        out.append(round(max(waits, default=float("nan")), 2))
+    return out

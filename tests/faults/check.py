@@ -50,6 +50,10 @@ class Row:
     self_restarts: int = 0  # workers that restarted themselves in place (a hung client)
     lag_zero: bool = False
     recovery_s: list[float] = field(default_factory=list)
+    #: Where a fault takes a broker away: per fault, from the broker answering again to
+    #: the last partition's first answer (recovery_s counts from the fault itself).
+    after_return_s: list[float] = field(default_factory=list)
+    away_s: list[float] = field(default_factory=list)  # how long the broker was away
     seconds: float = 0.0
     examples: list[str] = field(default_factory=list)
 

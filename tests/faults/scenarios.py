@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient
 
 from processor.broker.launcher import start_broker
 from processor.topics import TopicNames, create_topics, plan_topics
-from tests.faults.arrivals import Arrivals, recovery_seconds
+from tests.faults.arrivals import Arrivals, first_answers_after, recovery_seconds
 from tests.faults.check import Row, check
 from tests.faults.cluster import Cluster, Feeder, signed_records
 from tests.faults.hostile import hostile_records, mix
@@ -64,7 +64,10 @@ def run_scenario(
     faults: Callable[[Feeder, Cluster, random.Random], list[float]],
     *,
     hostile: bool = False,
+    returns: list[float] | None = None,
 ) -> Row:
+    """`returns`: where `faults` takes a broker away, it appends the times the broker
+    answered again, and the row gets the recovery from each return as well."""
     rng = random.Random(name)
     plan = workload(runs=size.runs, proposals=size.proposals, seed=rng.randint(0, 999))
     records = signed_records(env, plan)
@@ -98,6 +101,9 @@ def run_scenario(
         # Stalls that began in the feed's last half second are the feed ending.
         until = feeder.last_sent - 0.5
         row.recovery_s = recovery_seconds(fault_times, arrivals.times, until)
+        if returns:
+            row.after_return_s = first_answers_after(returns, arrivals.times)
+            row.away_s = [round(b - a, 2) for a, b in zip(fault_times, returns, strict=True)]
     finally:
         arrivals.end()
         cluster.close()
@@ -194,6 +200,8 @@ def broker_restart(tmp: Path, runtime: str, size: Size) -> Row:
     try:
         env, cluster = _cluster(broker.bootstrap, tmp / "env", runtime, 2)
 
+        returns: list[float] = []
+
         def faults(feeder: Feeder, cluster: Cluster, rng: random.Random) -> list[float]:
             nonlocal broker
             start = time.monotonic()
@@ -201,10 +209,13 @@ def broker_restart(tmp: Path, runtime: str, size: Size) -> Row:
             times = [time.time()]
             broker.stop()
             time.sleep(5.0)
-            broker = start_broker(data)
+            broker = start_broker(data)  # returns once the broker answers
+            returns.append(time.time())
             return times
 
-        return run_scenario("broker stop and start", env, runtime, size, cluster, faults)
+        return run_scenario(
+            "broker stop and start", env, runtime, size, cluster, faults, returns=returns
+        )
     finally:
         broker.stop()
         shutil.rmtree(data, ignore_errors=True)
