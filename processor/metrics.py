@@ -63,9 +63,11 @@ class WorkerMetrics:
         machines: Mapping[str, Machine],
         runs_by_state: Callable[[], Iterable[tuple[str, str, int]]],
         lag: Callable[[], dict[int, int]],
+        store_memory: Callable[[], dict[str, int]] | None = None,
     ) -> None:
-        """`runs_by_state` yields (machine, state, runs) over the owned partitions and
-        `lag` gives records behind per owned partition, both read at scrape time."""
+        """`runs_by_state` yields (machine, state, runs) over the owned partitions,
+        `lag` gives records behind per owned partition and `store_memory` the bytes the
+        stores' RocksDB holds by kind (none: not exported), all read at scrape time."""
         self.machines = machines
         self.registry = CollectorRegistry()
         r = self.registry
@@ -139,7 +141,7 @@ class WorkerMetrics:
         self.restoring = Gauge(
             "runstate_restore_in_progress", "1 while partitions are being restored.", registry=r
         )
-        r.register(_Scraped(runs_by_state, lag))
+        r.register(_Scraped(runs_by_state, lag, store_memory))
 
     # -- transactions -------------------------------------------------------------
     def committed(self, batch: MetricsBatch, seconds: float, records: int) -> None:
@@ -204,8 +206,9 @@ class _Scraped(Collector):
         self,
         runs_by_state: Callable[[], Iterable[tuple[str, str, int]]],
         lag: Callable[[], dict[int, int]],
+        store_memory: Callable[[], dict[str, int]] | None,
     ) -> None:
-        self.runs_by_state, self.lag = runs_by_state, lag
+        self.runs_by_state, self.lag, self.store_memory = runs_by_state, lag, store_memory
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         runs = GaugeMetricFamily(
@@ -224,3 +227,13 @@ class _Scraped(Collector):
         for partition, behind in sorted(self.lag().items()):
             lag.add_metric([str(partition)], behind)
         yield lag
+        if self.store_memory is not None:
+            memory = GaugeMetricFamily(
+                "runstate_store_memory_bytes",
+                "Memory the owned stores' RocksDB holds outside Python's heap, by kind: "
+                "memtables, table readers (index and filter blocks), the shared block cache.",
+                labels=["kind"],
+            )
+            for kind, size in sorted(self.store_memory().items()):
+                memory.add_metric([kind], size)
+            yield memory

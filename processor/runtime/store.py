@@ -68,6 +68,12 @@ _CACHE_SIZE = 2_000
 # small they were evicted and re-read on every lookup.
 _BLOCK_CACHE = Cache(32 << 20)
 _WRITE_BUFFER_BYTES = 8 << 20
+#: What `PartitionStore.memory` reports, by kind: RocksDB's own properties.
+_MEMORY = {
+    "memtables": "rocksdb.cur-size-all-mem-tables",
+    "table_readers": "rocksdb.estimate-table-readers-mem",
+    "block_cache": "rocksdb.block-cache-usage",
+}
 
 
 _NO_DUES = b"[]"
@@ -271,6 +277,12 @@ class PartitionStore:
     def runs(self) -> Iterable[RunSnapshot]:
         for value in self._scan(_SNAPSHOT):
             yield RunSnapshot.model_validate_json(value)
+
+    def memory(self) -> dict[str, int]:
+        """Bytes RocksDB holds for this store outside Python's heap, by kind: its
+        memtables, its table readers (index and filter blocks, outside the block cache),
+        and the block cache (shared by every store of the process)."""
+        return {kind: self._db.property_int_value(name) or 0 for kind, name in _MEMORY.items()}
 
     def state_counts(self) -> Counter[tuple[str, str]]:
         """Committed runs per (machine, state). The first call reads every snapshot (the

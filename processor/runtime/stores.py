@@ -67,6 +67,15 @@ class StoreRegistry:
             for state in machine.spec.states:
                 yield name, state, sum(c[(name, state)] for c in counts)
 
+    def memory(self) -> dict[str, int]:
+        """RocksDB's memory over the owned stores, by kind (PartitionStore.memory); the
+        block cache is one, shared, so it is counted once."""
+        with self.lock:
+            each = [store.memory() for store in self._stores.values()]
+        total = {kind: sum(m[kind] for m in each) for kind in ("memtables", "table_readers")}
+        total["block_cache"] = max((m["block_cache"] for m in each), default=0)
+        return total
+
     def runs_in_state(
         self,
         machines: Mapping[str, Machine],

@@ -116,6 +116,7 @@ class Worker:
             config.machines,
             lambda: self.stores.runs_by_state(config.machines),
             lambda: dict(self._lag),
+            lambda: self.stores.memory(),
         )
         try:
             self.state_dir = StateDir(

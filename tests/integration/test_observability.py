@@ -143,6 +143,9 @@ def test_metrics_count_exactly_what_a_known_scenario_did(env: Env, runtime: str)
     for partition in lagging:
         assert sample("runstate_consumer_lag", partition=str(partition)) == 0
     if runtime == "native":
+        # Its stores hold the proposals' runs in memtables: RocksDB's memory shows.
+        assert sample("runstate_store_memory_bytes", kind="memtables") > 0
+        assert sample("runstate_store_memory_bytes", kind="block_cache") >= 0
         return
     assert sample("runstate_checkpoint_records_count") == 12  # one per proposal delivered
 

@@ -162,3 +162,23 @@ def test_a_restore_is_all_there_once_settled_and_at_worst_absent_before(
     found = (store.offset("c"), store.committed_snapshot("r1") is not None)
     store.close()
     assert found == ((5, True) if settled else (None, False))
+
+
+def test_stores_report_rocksdbs_memory_by_kind(tmp_path: Path) -> None:
+    """The gauge runstate_store_memory_bytes: memtables summed over the stores, the
+    block cache (one, shared) counted once."""
+    from processor.runtime.stores import StoreRegistry
+
+    stores = StoreRegistry()
+    empty = stores.memory()
+    assert empty == {"memtables": 0, "table_readers": 0, "block_cache": 0}
+    owned = {p: PartitionStore(tmp_path / f"p{p}") for p in (0, 1)}
+    for p, store in owned.items():
+        for i in range(50):
+            _committed(store, f"run-{p}-{i}")
+    stores.add(owned)
+    each = [store.memory() for store in owned.values()]
+    total = stores.memory()
+    assert total["memtables"] == sum(m["memtables"] for m in each) > 0
+    assert total["block_cache"] == max(m["block_cache"] for m in each)
+    stores.drop(list(owned))
