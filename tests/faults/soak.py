@@ -87,7 +87,7 @@ class Report:
         return self.row.clean and (worst is None or worst < RSS_GROWTH_LIMIT)
 
 
-def _rss_mb(pid: int) -> float | None:
+def rss_mb(pid: int) -> float | None:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
@@ -293,7 +293,7 @@ def soak(
                     life = lives.get(pid)
                     if life is None:
                         life = lives[pid] = Life(slot, pid, now)
-                    mb = _rss_mb(pid)
+                    mb = rss_mb(pid)
                     if mb is not None:
                         rss[str(slot)] = round(mb, 1)
                         life.rss.append((now, mb))
