@@ -43,10 +43,18 @@ def growth(rows: list[dict[str, float]], key: str, since_s: float) -> float | No
 
 
 @click.command()
-@click.option("--minutes", default=15.0, show_default=True)
+@click.option("--minutes", default=15.0, show_default=True, help="How long to feed.")
 @click.option("--rate", default=950.0, show_default=True, help="Proposals per second.")
-@click.option("--out", type=click.Path(path_type=Path), default=Path("build/life"))
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=Path("build/life"),
+    show_default=True,
+    help="Where the broker, the worker's files and life.json (samples, summary) go.",
+)
 def main(minutes: float, rate: float, out: Path) -> None:
+    """One worker fed steadily for MINUTES: RSS and its stores' RocksDB memory every
+    15 s (JSON lines), then the growth figures."""
     out.mkdir(parents=True, exist_ok=True)
     count = int(minutes * 60 * rate)
     with provide_broker(out / "broker") as bootstrap:
