@@ -42,10 +42,10 @@ def test_broker_stop_and_start_mid_stream(launcher: None, tmp_path: Path) -> Non
     row = broker_restart(tmp_path, "native", SHORT)
     assert_clean(row)
     assert row.faults == 1
-    # Recovery is read from the broker's return as well as from its stop: the wait
-    # from the stop holds the time the broker was away.
+    # Recovery is read from the broker's return as well as from its stop. The broker is
+    # away at least its 5 s down, and no answer comes in that time.
     (back,), (away,), (whole,) = row.after_return_s, row.away_s, row.recovery_s
-    assert 5.0 < away < whole and 0.0 < back <= whole
+    assert away > 5.0 and whole > 5.0 and back > 0.0
 
 
 def test_a_partition_leader_killed_on_a_cluster(kafka_cluster: Brokers, tmp_path: Path) -> None:
