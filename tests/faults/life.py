@@ -14,6 +14,7 @@ import urllib.request
 from pathlib import Path
 
 import click
+from prometheus_client.parser import text_string_to_metric_families
 
 from processor.broker.provide import provide_broker
 from tests.faults.cluster import Cluster, Feeder, signed_records
@@ -29,12 +30,12 @@ def store_memory_mb(url: str, headers: dict[str, str]) -> dict[str, float]:
     request = urllib.request.Request(url + "/metrics", headers=headers)
     with urllib.request.urlopen(request, timeout=5) as response:
         text = response.read().decode()
-    memory = {}
-    for line in text.splitlines():
-        if line.startswith("runstate_store_memory_bytes{"):
-            kind = line.split('kind="', 1)[1].split('"', 1)[0]
-            memory[kind] = round(float(line.rsplit(" ", 1)[1]) / 2**20, 1)
-    return memory
+    return {
+        sample.labels["kind"]: round(sample.value / 2**20, 1)
+        for family in text_string_to_metric_families(text)
+        if family.name == "runstate_store_memory_bytes"
+        for sample in family.samples
+    }
 
 
 def growth(rows: list[dict[str, float]], key: str, since_s: float) -> float | None:
