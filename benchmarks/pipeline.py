@@ -96,7 +96,7 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--latency-seconds", type=float, help="Timed feed per load (15).")
     parser.add_argument(
-        "--growth", help="Run counts for memory and restore (10000,100000,1000000)."
+        "--growth", help="Run counts for memory and restore (10000,100000,1000000; '' for none)."
     )
     parser.add_argument("--profile", type=int, help="Proposals profiled (30,000; 0: none).")
     parser.add_argument(
@@ -165,7 +165,7 @@ def main() -> None:
         results["latency"] = latency_rows(
             bench, args, chosen, fractions(args.loads or ""), rate["native"]
         )
-        results["growth"] = growth(bench, args)
+        results["growth"] = growth(bench, args) if args.growth else None
         if args.profile:
             records = bench.records(max(10, args.profile // 10), args.profile, seed=10)
             results["profile"] = profiled(bench, args, records)
@@ -438,22 +438,23 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                 ratio is not None and ratio <= wanted,
             )
         )
-    growth = results["growth"]
-    restore = growth["restore_runs_per_s"]
+    growth = results["growth"] or {}
+    restore, grew = growth.get("restore_runs_per_s"), growth.get("growth_mb")
+    first, last = growth.get("first_runs", 10_000), growth.get("last_runs", 1_000_000)
     out.append(
         _row(
-            f"restore ≥ 150,000 runs/s ({growth['last_runs']:,} runs)",
+            f"restore ≥ 150,000 runs/s ({last:,} runs)",
             restore,
-            f"{restore:,.0f} runs/s",
-            restore >= 150_000,
+            f"{restore:,.0f} runs/s" if restore is not None else "",
+            restore is not None and restore >= 150_000,
         )
     )
     out.append(
         _row(
-            f"RSS growth {growth['first_runs']:,} → {growth['last_runs']:,} runs ≤ 150 MB",
-            growth["growth_mb"],
-            f"{growth['growth_mb']:.0f} MB",
-            growth["growth_mb"] <= 150,
+            f"RSS growth {first:,} → {last:,} runs ≤ 150 MB",
+            grew,
+            f"{grew:.0f} MB" if grew is not None else "",
+            grew is not None and grew <= 150,
         )
     )
     engine = results.get("engine")

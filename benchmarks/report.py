@@ -108,7 +108,7 @@ def markdown(results: dict[str, Any], where: Path = ROOT) -> str:
             results.get("left_out_at_ceiling_loads") or {},
         ),
         *_latency_section("Latency at fractions of the native rate", results["latency"], {}),
-        *_growth(results["growth"]),
+        *(_growth(results["growth"]) if results["growth"] else []),
         *_engine(results.get("engine")),
         *_profile(results.get("profile"), results.get("profile_before"), where),
         "## Targets (issue 18)",

@@ -28,6 +28,7 @@ from processor.errors import ClientBroken, WorkerError
 from processor.http_auth import HttpTokens, TokenError, bind_refusal, is_loopback
 from processor.keyring import KeyringError, load_keyring
 from processor.logs import FORMATS, setup_logging
+from processor.runtime.heap import tune_collector
 from processor.runtime.http import serve
 from processor.runtime.worker import Worker
 from processor.versions import deployed_catalog
@@ -239,6 +240,7 @@ def worker(
             http_host=http_host,
             http_tokens=http_tokens,
         )
+        tune_collector()  # start-up is over: see heap.py
         if runtime == "faust":
             from processor.faust_runtime import run_faust_worker
 

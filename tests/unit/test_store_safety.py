@@ -182,3 +182,59 @@ def test_stores_report_rocksdbs_memory_by_kind(tmp_path: Path) -> None:
     assert total["memtables"] == sum(m["memtables"] for m in each) > 0
     assert total["block_cache"] == max(m["block_cache"] for m in each)
     stores.drop(list(owned))
+
+
+_COMMIT_THEN_DIE = """
+import os, sys
+from pathlib import Path
+from processor.runtime import store as store_module
+from tests.unit.driver import Driver
+
+store_module._WRITE_BUFFER_BYTES = 64 << 10  # memtables reach disk every few batches
+store = store_module.PartitionStore(Path(sys.argv[1]))
+for batch in range(1, int(sys.argv[2]) + 1):
+    txn = store.begin()
+    for n in range(20):
+        txn.stage(Driver(run_id=f"r{batch}-{n}").create("task_lifecycle"))
+    txn.flush({"c": batch})  # the changelog offset this batch reaches
+if sys.argv[3] == "close":
+    store.close()
+os._exit(0)  # as a SIGKILL when not closed
+"""
+
+
+@pytest.mark.parametrize("batches", [1, 40, 200])
+@pytest.mark.parametrize("ending", ["crash", "close"])
+def test_live_commits_survive_a_crash_as_a_prefix_with_their_offset(
+    tmp_path: Path, batches: int, ending: str
+) -> None:
+    """Commits skip the write-ahead log too: a crash keeps the batches up to some point,
+    each with the offset it reached, and nothing after it (the next restore reads the
+    rest from the changelog); a clean close keeps all of them."""
+    path = tmp_path / "p0"
+    argv = [sys.executable, "-c", _COMMIT_THEN_DIE, str(path), str(batches), ending]
+    subprocess.run(argv, check=True, cwd=Path(__file__).resolve().parents[2], timeout=120)
+    store = PartitionStore(path)
+    reached = store.offset("c") or 0
+    present = {
+        b: [store.committed_snapshot(f"r{b}-{n}") is not None for n in range(20)]
+        for b in range(1, batches + 1)
+    }
+    store.close()
+    assert all(all(runs) for b, runs in present.items() if b <= reached)
+    assert not any(any(runs) for b, runs in present.items() if b > reached)
+    if ending == "close":
+        assert reached == batches
+    elif batches == 200:  # many write buffers' worth: most of it reached the disk
+        assert reached > 100
+
+
+def test_the_worker_collects_cycles_rarely_and_never_visits_what_start_up_made() -> None:
+    code = (
+        "import gc\n"
+        "from processor.runtime.heap import GC_THRESHOLDS, tune_collector\n"
+        "tune_collector()\n"
+        "assert gc.get_threshold() == GC_THRESHOLDS, gc.get_threshold()\n"
+        "assert gc.get_freeze_count() > 10_000, gc.get_freeze_count()\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
