@@ -83,10 +83,21 @@ def is_run_key(key: bytes | None) -> bool:
 
 
 def snapshot_index(snapshot: RunSnapshot) -> bytes:
-    """The INDEX_HEADER value of a snapshot's changelog record (compact JSON)."""
-    timers = [[t.due_at_ms, t.revision, t.name] for t in snapshot.timers]
-    fields = [snapshot.machine, snapshot.state, snapshot.entered_state_at_ms, timers]
-    return json.dumps(fields, separators=(",", ":")).encode()
+    """The INDEX_HEADER value of a snapshot's changelog record: compact JSON, the bytes
+    `json.dumps([machine, state, entered, [[due, revision, name], ...]],
+    separators=(",", ":"))` writes, put together by hand (a commit writes one, and
+    json.dumps took 3.6 us of it)."""
+    timers = ",".join(
+        f"[{t.due_at_ms:d},{t.revision:d},{_json_str(t.name)}]" for t in snapshot.timers
+    )
+    return (
+        f"[{_json_str(snapshot.machine)},{_json_str(snapshot.state)},"
+        f"{snapshot.entered_state_at_ms:d},[{timers}]]"
+    ).encode()
+
+
+#: A str as JSON, as json.dumps writes it (ASCII, escaped): the json module's C function.
+_json_str = json.encoder.encode_basestring_ascii
 
 
 def parse_index(raw: bytes) -> tuple[Where, TimerMarks]:

@@ -1,7 +1,9 @@
 """The hash chain's JSON is RFC 8785's: the fast path against the rfc8785 package, and
-both against the RFC's own examples."""
+both against the RFC's own examples. And the index header's JSON, written by hand, is
+json.dumps's."""
 
 import hashlib
+import json
 import struct
 from typing import Any
 
@@ -10,6 +12,7 @@ import rfc8785
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from processor.outputs import parse_index, snapshot_index
 from schemas import Principal
 from schemas.audit import (
     _c_encode,
@@ -19,6 +22,7 @@ from schemas.audit import (
     canonical_values,
     transition_hash,
 )
+from schemas.messages import RunSnapshot, Timer
 
 PROPERTY = settings(
     max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
@@ -327,3 +331,32 @@ def test_transition_hash_is_sha256_of_the_rfc8785_text(
     )
     canonical = rfc8785.dumps(canonical_values(fields))
     assert transition_hash(fields) == hashlib.sha256(canonical).hexdigest()
+
+
+_ANY_TEXT = st.text(max_size=20)  # quotes, backslashes, controls, non-ASCII, surrogates
+_ANY_INT = st.integers(min_value=-(2**63), max_value=2**63)
+
+
+@PROPERTY
+@given(
+    machine=_ANY_TEXT,
+    state=_ANY_TEXT,
+    entered=_ANY_INT,
+    timers=st.lists(st.tuples(_ANY_INT, _ANY_INT, _ANY_TEXT), max_size=4),
+)
+def test_the_index_header_is_the_json_it_always_was(
+    machine: str, state: str, entered: int, timers: list[tuple[int, int, str]]
+) -> None:
+    """snapshot_index writes by hand what json.dumps wrote, for any text, and reads back."""
+    snapshot = RunSnapshot.model_construct(
+        machine=machine,
+        state=state,
+        entered_state_at_ms=entered,
+        timers=[
+            Timer.model_construct(due_at_ms=due, revision=revision, name=name)
+            for due, revision, name in timers
+        ],
+    )
+    written = [machine, state, entered, [list(t) for t in timers]]
+    assert snapshot_index(snapshot) == json.dumps(written, separators=(",", ":")).encode()
+    assert parse_index(snapshot_index(snapshot)) == ((machine, state, entered), timers)
