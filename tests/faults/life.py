@@ -87,9 +87,10 @@ def main(minutes: float, rate: float, out: Path) -> None:
         "block_cache_full_at_s": full,
         "rss_growth_after_warm_up": growth(rows, "rss", WARM_UP_S),
         "rss_less_rocksdb_growth_after_warm_up": growth(rows, "rss_less_rocksdb", WARM_UP_S),
-        "rss_growth_after_block_cache_full": growth(rows, "rss", full or 0),
-        "rss_less_rocksdb_growth_after_block_cache_full": growth(
-            rows, "rss_less_rocksdb", full or 0
+        # None when the cache never filled: there is no "after" to judge.
+        "rss_growth_after_block_cache_full": None if full is None else growth(rows, "rss", full),
+        "rss_less_rocksdb_growth_after_block_cache_full": (
+            None if full is None else growth(rows, "rss_less_rocksdb", full)
         ),
     }
     (out / "life.json").write_text(json.dumps({"summary": summary, "samples": rows}, indent=1))
