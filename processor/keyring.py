@@ -150,6 +150,10 @@ class Keyring(BaseModel):
     signature_max_age_ms: int = Field(default=DEFAULT_MAX_AGE_MS, ge=1)
     clock_skew_ms: int = Field(default=DEFAULT_CLOCK_SKEW_MS, ge=0)
 
+    @property
+    def has_ed25519(self) -> bool:
+        return any(entry.public_key is not None for entry in self.keys.values())
+
 
 class SigningKey(BaseModel):
     """A producer's key: what it signs with (never in a worker's keyring for ed25519)."""

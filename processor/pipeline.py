@@ -13,6 +13,7 @@ from processor.intake import (
     Headers,
     Undecodable,
     Unproven,
+    Verified,
     authenticate,
     decode_proposal,
     reject_unproven,
@@ -64,6 +65,7 @@ def decide_record(
     placement: Placement | None,
     max_bytes: int = DEFAULT_MAX_PROPOSAL_BYTES,
     max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
+    verified: Verified | None = None,
 ) -> Outcome:
     """The outcome of one record of the proposals topic.
 
@@ -74,7 +76,8 @@ def decide_record(
     record was read (None where that is not known, e.g. a single record decided alone).
     A commit comes back
     with its records encoded (`Commit.encoded`), or refused `state_too_large` when
-    either would be over `max_state_bytes`.
+    either would be over `max_state_bytes`. `verified`: Ed25519 verifications the
+    runtime made beforehand (`intake.ed25519_claim`); the outcome is the same without.
     """
     decoded = decode_proposal(value, timestamp_ms, max_bytes)
     if isinstance(decoded, Undecodable):
@@ -110,7 +113,7 @@ def decide_record(
                 event=proposal.event,
                 at_ms=timestamp_ms,
             )
-    credential = authenticate(topic, key, value or b"", headers, keyring, timestamp_ms)
+    credential = authenticate(topic, key, value or b"", headers, keyring, timestamp_ms, verified)
     if isinstance(credential, Unproven):
         return reject_unproven(proposal, credential, timestamp_ms)
     run_id = proposal.run_id

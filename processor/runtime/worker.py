@@ -40,7 +40,7 @@ from processor.cluster import client_id
 from processor.config import WorkerConfig
 from processor.engine import Beat, Commit, Forget
 from processor.errors import ClientBroken, WorkerError
-from processor.intake import Headers
+from processor.intake import Headers, Verified
 from processor.keyring import KeyringWatch
 from processor.metrics import WorkerMetrics
 from processor.outputs import (
@@ -61,6 +61,7 @@ from processor.runtime.restore import RestoreJob
 from processor.runtime.statedir import StateDir, StateDirBusy
 from processor.runtime.store import PartitionStore, PartitionTransaction
 from processor.runtime.stores import StoreRegistry
+from processor.runtime.verifier import BatchVerifier
 from schemas.messages import Rejection
 
 log = logging.getLogger("runstate.worker")
@@ -147,6 +148,7 @@ class Worker:
         self.assigned = False  # has had an assignment (possibly empty) from the group
         self.last_turn = time.monotonic()  # when the loop last turned (liveness)
         self.heap = IdleTrim()
+        self.verifier = BatchVerifier()
 
     # -- life cycle ------------------------------------------------------------
     def start(self) -> None:
@@ -265,6 +267,7 @@ class Worker:
             self._fresh_producer()
         aborts = self.stats.aborts
         batch = self.consumer.consume(num_messages=CONSUME_BATCH, timeout=CONSUME_WAIT_S)
+        verified = self.verifier.verify(self.topics.proposals, batch, self.keyring.current())
         for msg in batch:
             err = msg.error()
             if err is not None:
@@ -272,7 +275,7 @@ class Worker:
                     raise WorkerError(f"the consumer failed: {err}")
                 log.warning("consumer: %s", err)
                 continue
-            self._process(msg)
+            self._process(msg, verified)
             if self.stats.aborts != aborts:
                 return  # rewound to the committed offsets: the rest comes again
         now = time.monotonic()
@@ -319,6 +322,7 @@ class Worker:
 
     def _close(self) -> None:
         self._cancel_restores()
+        self.verifier.close()
         if self.broken:
             # Never call a broken client again: any call may block (see producer.py).
             self.stores.close()
@@ -338,7 +342,7 @@ class Worker:
         log.info("worker %s stopped", self.worker_id)
 
     # -- processing ------------------------------------------------------------
-    def _process(self, msg: Message) -> None:
+    def _process(self, msg: Message, verified: Verified) -> None:
         partition = msg.partition() or 0
         checkpoint = self.checkpoint
         assert checkpoint is not None
@@ -357,7 +361,7 @@ class Worker:
         _, timestamp = msg.timestamp()
         source = Source(msg.topic() or "", partition, offset, msg.key(), msg.value(), timestamp)
         began = time.perf_counter()
-        outcome = self._decide(store, source, msg.headers())
+        outcome = self._decide(store, source, msg.headers(), verified)
         self.metrics.decision.observe(time.perf_counter() - began)
         # A poisoned record's DLQ record stays small: it must fit whatever the broker takes.
         limits = self.limits if self.quarantine.poisoned(partition, offset) is None else SMALL
@@ -399,7 +403,9 @@ class Worker:
         if isolated:
             self._commit()
 
-    def _decide(self, store: PartitionTransaction, source: Source, headers: Headers) -> Outcome:
+    def _decide(
+        self, store: PartitionTransaction, source: Source, headers: Headers, verified: Verified
+    ) -> Outcome:
         poisoned = self.quarantine.poisoned(source.partition, source.offset)
         if poisoned is not None:
             return DeadLetterReason(
@@ -420,6 +426,7 @@ class Worker:
                 placement=Placement(source.partition, self.partitions),
                 max_bytes=self.config.max_proposal_bytes,
                 max_state_bytes=self.config.max_state_bytes,
+                verified=verified,
             )
         except Exception as exc:  # a bug must not turn one record into a stalled partition
             log.exception(
