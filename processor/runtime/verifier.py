@@ -9,6 +9,7 @@ which are the very answers it would have computed: nothing about a decision chan
 Batches with few Ed25519 signatures, and HMAC keyrings, are left to the loop.
 """
 
+import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -17,6 +18,8 @@ from confluent_kafka import Message
 from processor.intake import Verified, ed25519_claim
 from processor.keyring import Keyring
 from processor.signatures import verify_ed25519
+
+log = logging.getLogger("runstate.worker")
 
 #: Fewer signatures than this in a batch are verified by the loop as it decides.
 MIN_BATCH = 8
@@ -36,9 +39,18 @@ class BatchVerifier:
 
     def verify(self, topic: str, batch: Sequence[Message], keyring: Keyring) -> Verified:
         """The answers for the Ed25519 signatures of `batch` (read from `topic`), or
-        none when there are too few to be worth the threads."""
+        none when there are too few to be worth the threads. Whatever goes wrong here
+        leaves the answers to the loop, record by record, where a record's own error
+        is that record's outcome (an exception here would stop the worker)."""
         if not keyring.has_ed25519:
             return {}
+        try:
+            return self._verify(topic, batch, keyring)
+        except Exception:
+            log.exception("verifying a batch's signatures beforehand failed; left to the loop")
+            return {}
+
+    def _verify(self, topic: str, batch: Sequence[Message], keyring: Keyring) -> Verified:
         claims = []
         for msg in batch:
             if msg.error() is None:

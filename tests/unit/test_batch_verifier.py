@@ -119,3 +119,19 @@ def test_hmac_keyrings_and_small_batches_are_left_to_the_loop() -> None:
         assert verifier.verify(TOPIC, _messages(records[: MIN_BATCH - 1]), keyring) == {}
     finally:
         verifier.close()
+
+
+def test_a_failure_beforehand_leaves_the_signatures_to_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    records, keyring = _batch(1)
+
+    def broken(public_key: str, base: bytes, signature: str) -> bool:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr("processor.runtime.verifier.verify_ed25519", broken)
+    verifier = BatchVerifier()
+    try:
+        assert verifier.verify(TOPIC, _messages(records), keyring) == {}
+    finally:
+        verifier.close()
