@@ -208,9 +208,9 @@ os._exit(0)  # as a SIGKILL when not closed
 def test_live_commits_survive_a_crash_as_a_prefix_with_their_offset(
     tmp_path: Path, batches: int, ending: str
 ) -> None:
-    """Commits skip the write-ahead log too: a crash keeps the batches up to some point,
-    each with the offset it reached, and nothing after it (the next restore reads the
-    rest from the changelog); a clean close keeps all of them."""
+    """A crash keeps the batches up to some point, each with the offset it reached, and
+    nothing after it (the next restore reads the rest from the changelog); a clean close
+    keeps all of them."""
     path = tmp_path / "p0"
     argv = [sys.executable, "-c", _COMMIT_THEN_DIE, str(path), str(batches), ending]
     subprocess.run(argv, check=True, cwd=Path(__file__).resolve().parents[2], timeout=120)
