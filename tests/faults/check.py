@@ -20,16 +20,18 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 
 from processor.config import KafkaSettings
 from processor.engine import Beat, Commit, Forget
+from processor.engine.lint import TIMER_AUTHORITY
 from processor.machines import builtin_machines
 from processor.outputs import is_run_key
 from processor.partitioning import partition_for
 from processor.pipeline import DeadLetterReason
 from processor.readback import read_topics
 from processor.replay import Replayed, apply_heartbeats, apply_transitions
+from processor.signatures import HEADER_KEY_ID
 from schemas.messages import DeadLetter, Heartbeat, Rejection, RunSnapshot, Transition
 from tests.integration.harness import Env, WorkerProcess, decided_records
 
@@ -49,6 +51,9 @@ class Row:
     crashes: int = 0
     self_restarts: int = 0  # workers that restarted themselves in place (a hung client)
     lag_zero: bool = False
+    #: Counted with the workers stopped: deadline proposals their timers wrote in their
+    #: last transactions, still unread (the next owner decides them; none is lost).
+    pending_timers: int = 0
     recovery_s: list[float] = field(default_factory=list)
     #: Where a fault takes a broker away: per fault, from the broker answering again to
     #: the last partition's first answer (recovery_s counts from the fault itself).
@@ -78,15 +83,27 @@ class Oracle:
     signatures: Counter[Signature]
     snapshots: dict[str, RunSnapshot]
     last_offsets: dict[int, int]  # partition -> offset of its last proposals record
+    #: Records at or past `upto` (not yet consumed): (a deadline the runtime signed?,
+    #: partition, offset)
+    pending: list[tuple[bool, int, int]] = field(default_factory=list)
 
 
-def oracle(env: Env) -> Oracle:
-    """Every proposals record decided again by the pure pipeline, partition by partition."""
+def oracle(env: Env, upto: dict[int, int] | None = None) -> Oracle:
+    """Every proposals record decided again by the pure pipeline, partition by partition.
+    With `upto` (the group's committed offsets, read while no worker runs) a record at
+    or past its partition's offset is pending, not expected: no worker has read it yet.
+    Runs live in one partition, so leaving a partition's tail out changes nothing
+    before it."""
     expected: Counter[Signature] = Counter()
     state: dict[str, RunSnapshot] = {}
     last: dict[int, int] = {}
+    pending: list[tuple[bool, int, int]] = []
     for msg, outcome in decided_records(env):
-        last[msg.partition()] = msg.offset()
+        partition, offset = msg.partition() or 0, msg.offset() or 0
+        if upto is not None and offset >= upto.get(partition, 0):
+            pending.append((_runtime_deadline(env, msg, outcome), partition, offset))
+            continue
+        last[partition] = offset
         if isinstance(outcome, Commit):
             state[outcome.snapshot.run_id] = outcome.snapshot
             expected[("transition", outcome.transition.proposal_id)] += 1
@@ -97,10 +114,23 @@ def oracle(env: Env) -> Oracle:
             state.pop(outcome.transition.run_id, None)
             expected[("transition", outcome.transition.proposal_id)] += 1
         elif isinstance(outcome, DeadLetterReason):
-            expected[("dlq", msg.partition(), msg.offset())] += 1
+            expected[("dlq", partition, offset)] += 1
         else:
             expected[_rejection_signature(outcome)] += 1
-    return Oracle(expected, state, last)
+    return Oracle(expected, state, last, pending)
+
+
+def _runtime_deadline(env: Env, msg: Message, outcome: object) -> bool:
+    """A deadline proposal, signed by a key of the runtime (the workers' timers)."""
+    key_id = dict(msg.headers() or []).get(HEADER_KEY_ID, b"").decode(errors="replace")
+    entry = env.keyring.keys.get(key_id)
+    if entry is None or entry.authority != TIMER_AUTHORITY:
+        return False
+    if isinstance(outcome, Commit | Forget):
+        proposal_id: str | None = outcome.transition.proposal_id
+    else:
+        proposal_id = outcome.proposal_id if isinstance(outcome, Rejection) else None
+    return (proposal_id or "").startswith("timer:")
 
 
 def _rejection_signature(rejection: Rejection) -> Signature:
@@ -195,6 +225,17 @@ def _normal(sig: Signature, value: bytes) -> bytes:
 def lag_returns_to_zero(env: Env, last_offsets: dict[int, int], timeout: float = 60.0) -> bool:
     """The group's committed offsets pass the last record of every proposals partition
     (the log end can be one further: a transaction's commit marker)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        committed = committed_offsets(env)
+        if all(committed.get(p, -1) > last for p, last in last_offsets.items()):
+            return True
+        time.sleep(1.0)
+    return False
+
+
+def committed_offsets(env: Env) -> dict[int, int]:
+    """The group's committed offset of each proposals partition (-1001 where none)."""
     consumer = Consumer(
         {"bootstrap.servers": env.bootstrap, "group.id": env.group_id, "log_level": 3}
     )
@@ -204,13 +245,7 @@ def lag_returns_to_zero(env: Env, last_offsets: dict[int, int], timeout: float =
             TopicPartition(env.topics.proposals, p)
             for p in meta.topics[env.topics.proposals].partitions
         ]
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            committed = {tp.partition: tp.offset for tp in consumer.committed(parts, timeout=30)}
-            if all(committed[p] > last for p, last in last_offsets.items()):
-                return True
-            time.sleep(1.0)
-        return False
+        return {tp.partition: tp.offset for tp in consumer.committed(parts, timeout=30)}
     finally:
         consumer.close()
 
@@ -252,13 +287,17 @@ def check(
     """Fill `row` with the invariants, once the outputs have caught up (or `settle` s).
     Without `workers` (all stopped, as the soak does before counting: at its size a
     read of the topics takes minutes, and running workers' deadlines keep changing
-    them meanwhile) nothing is asked over HTTP, and nothing new can arrive."""
+    them meanwhile) nothing is asked over HTTP, and nothing new can arrive; the records
+    past the group's committed offsets are then pending, not expected: the deadline
+    proposals the workers' timers wrote in their last transactions are read by the next
+    owner, and any other proposal left unread means the lag did not return to zero."""
+    upto = None if workers else committed_offsets(env)
     # The workers' own deadline proposals keep arriving for a while after the workload:
     # decide both sides again until they agree or `settle` seconds have passed.
     deadline = time.monotonic() + settle
     while True:
         got = outputs(env)  # first: every outcome read has its proposal in the oracle's read
-        truth = oracle(env)
+        truth = oracle(env, upto)
         expected, state = truth.signatures, truth.snapshots
         missing = expected - got.signatures
         if not missing or time.monotonic() > deadline:
@@ -298,5 +337,11 @@ def check(
         if len(row.examples) < 8:
             row.examples.append(f"{run_id}: HTTP {str(served[run_id])[:80]}")
     row.mismatched = len(bad)
-    row.lag_zero = lag_returns_to_zero(env, truth.last_offsets)
+    if upto is None:
+        row.lag_zero = lag_returns_to_zero(env, truth.last_offsets)
+    else:
+        others = [f"{p}:{o}" for deadline, p, o in truth.pending if not deadline]
+        row.pending_timers = len(truth.pending) - len(others)
+        row.lag_zero = not others
+        row.examples += [f"unread proposal at {where}" for where in others[:3]]
     return row

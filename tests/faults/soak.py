@@ -366,9 +366,12 @@ def table(report: Report) -> str:
     rec = sorted(row.recovery_s)
     shown = f"{rec[-1]:.1f} / {rec[len(rec) // 2]:.1f}" if rec else "-"
     growth = "-" if worst is None else f"{100 * worst:.1f} %"
+    lag = "yes" if row.lag_zero else "NO"
+    if row.pending_timers:  # written by the stopping workers' timers, for the next owner
+        lag += f" ({row.pending_timers} deadline proposals unread)"
     lines.append(
         f"| {row.lost} | {row.duplicated} | {row.mismatched} | {row.crashes} | "
-        f"{row.self_restarts} | {'yes' if row.lag_zero else 'NO'} | {row.faults} | {shown} | "
+        f"{row.self_restarts} | {lag} | {row.faults} | {shown} | "
         f"{growth} |"
     )
     lines += [
