@@ -7,10 +7,13 @@ from pathlib import Path
 import pytest
 
 from processor.broker.cluster import Cluster as Brokers
+from schemas import Proposal
 from tests.faults.brokers import CLUSTER_SCENARIOS
-from tests.faults.check import Row
-from tests.faults.scenarios import SCENARIOS, SHORT, Size, broker_restart
+from tests.faults.check import Row, check
+from tests.faults.cluster import Cluster
+from tests.faults.scenarios import PARTITIONS, SCENARIOS, SHORT, Size, broker_restart, fresh_env
 from tests.faults.soak import plot, soak, table
+from tests.integration.harness import Env, send, workload
 
 
 def assert_clean(row: Row) -> None:
@@ -68,3 +71,49 @@ def test_a_short_soak_on_a_cluster(kafka_cluster: Brokers, tmp_path: Path) -> No
     assert "| lost |" in table(report)
     plot(report, tmp_path / "soak.png")
     assert (tmp_path / "soak.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_counted_with_the_workers_stopped_unread_proposals_are_pending(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """How the soak counts: with every worker stopped, a deadline proposal a runtime key
+    signed (what the stopping workers' timers write last) is left for the next owner, not
+    counted lost; any other unread proposal, a forged "timer:" id included, makes lag 0
+    a no; what the workers did read is still held to every invariant."""
+    env = fresh_env(kafka_bootstrap, tmp_path)
+    workers = Cluster(env, "native")
+    workers.start(0)
+    plan = workload(runs=6, proposals=60, seed=3)
+    send(env, plan)
+    assert_clean(check(Row("stopped", "native", len(plan), 0), env, workers.live(), PARTITIONS))
+    workers.close()
+    assert_clean(row := check(Row("stopped", "native", len(plan), 0), env, [], PARTITIONS))
+    assert row.pending_timers == 0
+
+    run_id = plan[0]["run_id"]
+
+    def unread(key_id: str, proposal_id: str) -> Row:
+        proposal = Proposal(
+            proposal_id=proposal_id, run_id=run_id, event="run_failed", reason="timeout"
+        )
+        _send_signed(env, key_id, proposal)
+        return check(Row("stopped", "native", len(plan), 0), env, [], PARTITIONS, settle=0)
+
+    row = unread("runtime", f"timer:{run_id}:1:deadline")
+    assert (row.lost, row.mismatched, row.pending_timers, row.lag_zero) == (0, 0, 1, True), (
+        row.describe()
+    )
+    row = unread("tool", f"timer:{run_id}:1:forged")
+    assert (row.lost, row.mismatched, row.pending_timers, row.lag_zero) == (0, 0, 1, False), (
+        row.describe()
+    )
+    assert any("unread proposal" in e for e in row.examples), row.describe()
+
+
+def _send_signed(env: Env, key_id: str, proposal: Proposal) -> None:
+    client = env.client(key_id)
+    value = proposal.model_dump_json(exclude_none=True).encode()
+    key = proposal.run_id.encode()
+    client.send_raw(key, value, env.sign(key_id, key, value))
+    client.flush(30)
+    client.close()
