@@ -10,32 +10,18 @@ what the soak's per-life figure is made of, for a life longer than the soak lets
 
 import json
 import time
-import urllib.request
 from pathlib import Path
 
 import click
-from prometheus_client.parser import text_string_to_metric_families
 
 from processor.broker.provide import provide_broker
 from tests.faults.cluster import Cluster, Feeder, signed_records
 from tests.faults.scenarios import fresh_env
-from tests.faults.soak import WARM_UP_S, rss_mb
+from tests.faults.soak import WARM_UP_S, rss_mb, store_memory_mb
 from tests.integration.harness import workload
 
 SAMPLE_S = 15.0
 BLOCK_CACHE_MB = 32.0
-
-
-def store_memory_mb(url: str, headers: dict[str, str]) -> dict[str, float]:
-    request = urllib.request.Request(url + "/metrics", headers=headers)
-    with urllib.request.urlopen(request, timeout=5) as response:
-        text = response.read().decode()
-    return {
-        sample.labels["kind"]: round(sample.value / 2**20, 1)
-        for family in text_string_to_metric_families(text)
-        if family.name == "runstate_store_memory_bytes"
-        for sample in family.samples
-    }
 
 
 def growth(rows: list[dict[str, float]], key: str, since_s: float) -> float | None:

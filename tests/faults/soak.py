@@ -14,12 +14,14 @@ import random
 import threading
 import time
 import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import click
 from confluent_kafka import Consumer, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 
 from benchmarks.records import RawRecord
@@ -58,11 +60,15 @@ class Life:
     pid: int
     started_s: float
     rss: list[tuple[float, float]] = field(default_factory=list)
+    #: RSS less what RocksDB holds (its memtables, table readers and block cache, from
+    #: the worker's /metrics), sampled with `rss`: the heap's part of the growth.
+    heap: list[tuple[float, float]] = field(default_factory=list)
 
-    def growth(self) -> float | None:
-        """RSS growth from the first sample after warm-up to the last, as a fraction;
-        None for a life too short to say."""
-        warm = [mb for at, mb in self.rss if at - self.started_s >= WARM_UP_S]
+    def growth(self, of: str = "rss") -> float | None:
+        """Growth from the first sample after warm-up to the last, as a fraction, of RSS
+        (or of "heap": RSS less RocksDB); None for a life too short to say."""
+        samples = self.rss if of == "rss" else self.heap
+        warm = [mb for at, mb in samples if at - self.started_s >= WARM_UP_S]
         return None if len(warm) < 3 else (warm[-1] - warm[0]) / warm[0]
 
 
@@ -78,7 +84,10 @@ class Report:
 
     @property
     def worst_growth(self) -> float | None:
-        growths = [g for g in (life.growth() for life in self.lives) if g is not None]
+        return self.worst("rss")
+
+    def worst(self, of: str) -> float | None:
+        growths = [g for g in (life.growth(of) for life in self.lives) if g is not None]
         return max(growths) if growths else None
 
     @property
@@ -95,6 +104,20 @@ def rss_mb(pid: int) -> float | None:
     except OSError:
         return None
     return None
+
+
+def store_memory_mb(url: str, headers: dict[str, str]) -> dict[str, float]:
+    """A worker's `runstate_store_memory_bytes` by kind, in MB (memtables, table
+    readers, the shared block cache)."""
+    request = urllib.request.Request(url + "/metrics", headers=headers)
+    with urllib.request.urlopen(request, timeout=5) as response:
+        text = response.read().decode()
+    return {
+        sample.labels["kind"]: round(sample.value / 2**20, 1)
+        for family in text_string_to_metric_families(text)
+        if family.name == "runstate_store_memory_bytes"
+        for sample in family.samples
+    }
 
 
 def _lag(env: Env) -> int | None:
@@ -297,6 +320,11 @@ def soak(
                     if mb is not None:
                         rss[str(slot)] = round(mb, 1)
                         life.rss.append((now, mb))
+                        try:
+                            rocksdb = sum(store_memory_mb(worker.url, worker.headers).values())
+                        except (urllib.error.URLError, OSError, ValueError):
+                            continue  # starting, or just killed: no split this time
+                        life.heap.append((now, mb - rocksdb))
                 samples.append(
                     Sample(
                         round(now, 1),
@@ -394,7 +422,33 @@ def table(report: Report) -> str:
             f"{max(p99s) if p99s else '-'} | {reads} ({errs}) |"
         )
     lines += ["", "Faults: " + "; ".join(f"{at / 60:.1f} min {what}" for at, what in report.faults)]
+    lines += [
+        "",
+        f"Worker lives (RSS and RSS less RocksDB's memory, MB, from {WARM_UP_S:.0f} s after "
+        "the start to the end; growth judged from there):",
+        "",
+        "| worker | started min | minutes | RSS | growth | RSS less RocksDB | growth |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for life in report.lives:
+        if not life.rss:
+            continue
+        lines.append(
+            f"| {life.slot} | {life.started_s / 60:.1f} | "
+            f"{(life.rss[-1][0] - life.started_s) / 60:.1f} | {_span(life, life.rss)} | "
+            f"{_percent(life.growth())} | {_span(life, life.heap)} | "
+            f"{_percent(life.growth('heap'))} |"
+        )
     return "\n".join(lines)
+
+
+def _span(life: Life, samples: list[tuple[float, float]]) -> str:
+    warm = [mb for at, mb in samples if at - life.started_s >= WARM_UP_S]
+    return f"{warm[0]:.0f} -> {warm[-1]:.0f}" if warm else "-"
+
+
+def _percent(fraction: float | None) -> str:
+    return "-" if fraction is None else f"{100 * fraction:+.1f} %"
 
 
 def plot(report: Report, path: Path) -> None:
