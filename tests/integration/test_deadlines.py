@@ -228,7 +228,9 @@ def test_deadline_moves_with_its_partition(env: Env, runtime: str, kind: str) ->
     second = _worker(env, runtime, "w2")  # empty state dir: it restores what it is given
     try:
         second.wait_ready()
+        stopping_ms = int(time.time() * 1000)
         assert first.terminate() == 0, first.log()  # its partitions move to the second
+        stopped_ms = int(time.time() * 1000)
         second.wait_ready(partitions=3)
         # A deadline due while its partition moves fires when the new owner has it
         # (nobody can fire it before): it is held to within ON_TIME_MS of the later of
@@ -241,8 +243,19 @@ def test_deadline_moves_with_its_partition(env: Env, runtime: str, kind: str) ->
         history = _history(env, run_id)
         assert _timer_transitions(history) == {kind: 1}
         _assert_on_time(history, owner_back_ms=back_ms)
+        # Who fired it: the second worker if it was appended after the first had gone;
+        # the first if before it was asked to stop (a slow start of the second on a
+        # loaded machine lets it fall due there: Faust in CI); either in between.
+        (fired_at,) = [t.at_ms for t in history if "timer" in t.metadata]
         health = second.health()
-        assert health is not None and health["stats"]["deadlines_fired"] == 1
+        assert health is not None, second.log()
+        by_second = health["stats"]["deadlines_fired"]
+        if fired_at >= stopped_ms:
+            assert by_second == 1, (fired_at, stopped_ms)
+        elif fired_at < stopping_ms:
+            assert by_second == 0, (fired_at, stopping_ms)
+        else:
+            assert by_second in (0, 1)
     finally:
         assert second.terminate() == 0, second.log()
 
