@@ -64,11 +64,14 @@ class Life:
     #: the worker's /metrics), sampled with `rss`: the heap's part of the growth.
     heap: list[tuple[float, float]] = field(default_factory=list)
 
+    def warm(self, samples: list[tuple[float, float]]) -> list[float]:
+        """The MB of `samples` (`rss` or `heap`) from the warm-up on."""
+        return [mb for at, mb in samples if at - self.started_s >= WARM_UP_S]
+
     def growth(self, of: str = "rss") -> float | None:
         """Growth from the first sample after warm-up to the last, as a fraction, of RSS
         (or of "heap": RSS less RocksDB); None for a life too short to say."""
-        samples = self.rss if of == "rss" else self.heap
-        warm = [mb for at, mb in samples if at - self.started_s >= WARM_UP_S]
+        warm = self.warm(self.rss if of == "rss" else self.heap)
         return None if len(warm) < 3 else (warm[-1] - warm[0]) / warm[0]
 
 
@@ -84,10 +87,7 @@ class Report:
 
     @property
     def worst_growth(self) -> float | None:
-        return self.worst("rss")
-
-    def worst(self, of: str) -> float | None:
-        growths = [g for g in (life.growth(of) for life in self.lives) if g is not None]
+        growths = [g for g in (life.growth() for life in self.lives) if g is not None]
         return max(growths) if growths else None
 
     @property
@@ -443,7 +443,7 @@ def table(report: Report) -> str:
 
 
 def _span(life: Life, samples: list[tuple[float, float]]) -> str:
-    warm = [mb for at, mb in samples if at - life.started_s >= WARM_UP_S]
+    warm = life.warm(samples)
     return f"{warm[0]:.0f} -> {warm[-1]:.0f}" if warm else "-"
 
 
