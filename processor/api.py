@@ -20,6 +20,10 @@ GET /stats                   runs per machine and state across the cluster, and 
 GET /inspect?run=<run_id>    the run inspector page (HTML); redirects to the owner
 GET /runs/<run_id>           the run's committed snapshot (404 unknown, 421 not owned here)
 GET /runs/<run_id>/history   the run's transitions, oldest first
+    [?min_revision=N[&at_ms=T]]
+                             read your writes: wait (up to CATCH_UP_S) until this worker
+                             has applied the run's transition N, committed at broker
+                             time T, else 503; a client that saw it sends both
 Only committed state is served: what the runtime made durable, never staged changes.
 """
 
@@ -42,6 +46,9 @@ log = logging.getLogger("runstate.http")
 #: /livez fails when the worker's loop has not turned for this long, /readyz sooner.
 LIVE_WITHIN_S = 60.0
 READY_WITHIN_S = 15.0
+#: How long a read with `min_revision` waits for the worker's state to reach it.
+CATCH_UP_S = 5.0
+CATCH_UP_POLL_S = 0.01
 JSON = "application/json"
 HTML = "text/html; charset=utf-8"
 ENDPOINTS = (
@@ -146,9 +153,9 @@ def answer(node: Node, path: str, query: str, authorization: str | None = None) 
     if parts == ["metrics"]:
         return Answer(200, CONTENT_TYPE_LATEST, node.metrics())
     if len(parts) == 2 and parts[0] == "runs":
-        return _run(node, parts[1], history=False)
+        return _run(node, parts[1], params, history=False)
     if len(parts) == 3 and parts[0] == "runs" and parts[2] == "history":
-        return _run(node, parts[1], history=True)
+        return _run(node, parts[1], params, history=True)
     return _json(404, {"error": ENDPOINTS})
 
 
@@ -263,9 +270,18 @@ def _inspect(node: Node, run_id: str) -> Answer:
     return _html(status, page)
 
 
-def _run(node: Node, run_id: str, history: bool) -> Answer:
+def _run(node: Node, run_id: str, params: dict[str, str], history: bool) -> Answer:
     partition = _partition(node, run_id)
-    record = node.run(run_id, partition, history=history)
+    wanted: list[int | None] = []
+    for name in ("min_revision", "at_ms"):
+        value = params.get(name)
+        if value is not None and not (value.isdigit() and value.isascii()):
+            return _json(400, {"error": f"{name} must be a whole number, not {value!r}"})
+        wanted.append(None if value is None else int(value))
+    revision, at_ms = wanted
+    record = _caught_up(node, run_id, partition, revision, at_ms)
+    if isinstance(record, Answer):
+        return record
     if record is None:
         return _json(
             421,
@@ -277,6 +293,52 @@ def _run(node: Node, run_id: str, history: bool) -> Answer:
         )
     if record.snapshot is None:
         return _json(404, {"error": f"no run '{run_id}'", "partition": partition})
-    if history:
-        return _json(200, [json.loads(t.model_dump_json()) for t in record.history])
-    return Answer(200, JSON, record.snapshot.model_dump_json().encode())
+    if not history:
+        return Answer(200, JSON, record.snapshot.model_dump_json().encode())
+    with_history = node.run(run_id, partition, history=True)
+    if with_history is None or with_history.snapshot is None:  # moved or forgotten since
+        return _json(503, {"error": f"run '{run_id}' moved while read: ask again"})
+    return _json(200, [json.loads(t.model_dump_json()) for t in with_history.history])
+
+
+def _caught_up(
+    node: Node, run_id: str, partition: int, revision: int | None, at_ms: int | None
+) -> RunRecord | Answer | None:
+    """The run as this worker has it, once it has applied the run's transition
+    `revision`, committed at broker time `at_ms` (any state when `revision` is None).
+
+    A worker moves its state only after the transaction that committed a transition, so
+    a client that saw transition N on the topic may ask before the worker's state has it
+    (or while a worker taking the partition over restores it): the read waits, briefly,
+    rather than answer with an older snapshot than the client already saw."""
+    deadline = time.monotonic() + CATCH_UP_S
+    while True:
+        record = node.run(run_id, partition, history=False)
+        if record is None or revision is None:
+            return record
+        snapshot = record.snapshot
+        if snapshot is not None and _applied(snapshot, revision, at_ms):
+            return record
+        if time.monotonic() >= deadline:
+            have = -1 if snapshot is None else snapshot.revision
+            return _json(
+                503,
+                {
+                    "error": f"this worker has run '{run_id}' at revision {have}, "
+                    f"older than the {revision} asked for, after {CATCH_UP_S:g} s: it is "
+                    "still applying or restoring the partition; ask again",
+                    "revision": have,
+                    "min_revision": revision,
+                },
+            )
+        time.sleep(CATCH_UP_POLL_S)
+
+
+def _applied(snapshot: RunSnapshot, revision: int, at_ms: int | None) -> bool:
+    """Whether `snapshot` is at or after the transition (`revision`, `at_ms`). Broker time
+    orders a partition's transitions, so a snapshot last moved later is later, even with
+    a lower revision: the id forgotten and its run created anew. Without `at_ms`, the
+    revision alone (which cannot tell an older run of the same id)."""
+    if at_ms is None or snapshot.updated_at_ms == at_ms:
+        return snapshot.revision >= revision
+    return snapshot.updated_at_ms > at_ms

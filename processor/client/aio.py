@@ -369,10 +369,11 @@ class AsyncRunstateClient:
         deadline = Deadline(self.timeout if timeout is None else timeout)
         outcome = await self.outcomes.wait(proposal_id, deadline.left())
         original = duplicate_of(outcome)
-        if original is None:
-            return outcome
-        found = await self.transition(*original, timeout=max(1.0, deadline.left()))
-        return outcome if found is None else found
+        if original is not None:
+            found = await self.transition(*original, timeout=max(1.0, deadline.left()))
+            outcome = outcome if found is None else found
+        self.reader.saw(outcome)
+        return outcome
 
     async def propose_and_wait(
         self,

@@ -6,6 +6,7 @@ import os
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
@@ -19,7 +20,15 @@ class RunReader:
     """Reads committed runs from the workers' HTTP API; the owning worker answers. It
     sends `http_token` (default: RUNSTATE_HTTP_TOKEN) to the workers, which ask for one
     when they have tokens configured. `Unavailable` when no given worker could be
-    reached at all; `LookupError` when they answered but none could serve the read."""
+    reached at all; `LookupError` when they answered but none could serve the read.
+
+    Reads are read-your-writes: a run's read is never older than the latest transition
+    of it this reader was shown (`saw`). A worker moves its state just after the
+    transaction that committed the transition, so it is asked for at least that revision
+    (of the same run, not an older one the id once named) and waits for it. The latest
+    `SEEN_RUNS` runs are remembered; `min_revision=` asks for a revision explicitly."""
+
+    SEEN_RUNS = 10_000
 
     def __init__(
         self, worker_urls: Iterable[str], *, http_token: str | None = None, timeout: float = 10.0
@@ -27,6 +36,33 @@ class RunReader:
         self._worker_urls = [u.rstrip("/") for u in worker_urls]
         self._headers = bearer(http_token or os.environ.get(CLIENT_TOKEN_ENV))
         self.timeout = timeout
+        #: run id -> (at_ms, revision) of its latest transition shown
+        self._seen: OrderedDict[str, tuple[int, int]] = OrderedDict()
+
+    def saw(self, outcome: object) -> None:
+        """Remember a transition the caller was given, if it is the run's latest yet:
+        the one with the latest broker time (then revision). An older one shown late (a
+        retry's answer) changes nothing; one of a run created anew under a forgotten
+        id replaces the old run's."""
+        if not isinstance(outcome, Transition):
+            return
+        shown = (outcome.at_ms, outcome.revision)
+        known = self._seen.get(outcome.run_id)
+        if known is None or shown > known:
+            self._seen[outcome.run_id] = shown
+        self._seen.move_to_end(outcome.run_id)
+        while len(self._seen) > self.SEEN_RUNS:
+            self._seen.popitem(last=False)
+
+    def _run_path(self, run_id: str, suffix: str, min_revision: int | None) -> str:
+        path = f"/runs/{urllib.parse.quote(run_id, safe='')}{suffix}"
+        if min_revision is not None:
+            return f"{path}?min_revision={min_revision}"
+        known = self._seen.get(run_id)
+        if known is None:
+            return path
+        at_ms, revision = known
+        return f"{path}?min_revision={revision}&at_ms={at_ms}"
 
     def _get(self, path: str, timeout: float | None = None) -> Any:
         if not self._worker_urls:
@@ -44,7 +80,7 @@ class RunReader:
                 if exc.code == 401:
                     errors.append(f"{base}: 401, {self._unauthorized()}")
                     continue
-                errors.append(f"{base}: {exc.code}")  # 421: another worker owns it
+                errors.append(f"{base}: {exc.code}{_said(exc)}")  # 421: not owned here
             except OSError as exc:
                 unreachable += 1
                 errors.append(f"{base}: {exc}")
@@ -61,13 +97,20 @@ class RunReader:
             return f"the worker wants a token: set {CLIENT_TOKEN_ENV} (http_token=, --http-token)"
         return "the worker does not accept the token sent: is it a current one?"
 
-    def snapshot(self, run_id: str, timeout: float | None = None) -> RunSnapshot | None:
-        """The run's committed snapshot, from whichever given worker owns it."""
-        data = self._get(f"/runs/{urllib.parse.quote(run_id, safe='')}", timeout)
+    def snapshot(
+        self, run_id: str, timeout: float | None = None, *, min_revision: int | None = None
+    ) -> RunSnapshot | None:
+        """The run's committed snapshot, from whichever given worker owns it, at
+        `min_revision` or later (default: the latest this reader saw)."""
+        data = self._get(self._run_path(run_id, "", min_revision), timeout)
         return None if data is None else RunSnapshot.model_validate_json(json.dumps(data))
 
-    def history(self, run_id: str, timeout: float | None = None) -> list[Transition]:
-        data = self._get(f"/runs/{urllib.parse.quote(run_id, safe='')}/history", timeout) or []
+    def history(
+        self, run_id: str, timeout: float | None = None, *, min_revision: int | None = None
+    ) -> list[Transition]:
+        """The run's transitions, oldest first, up to `min_revision` or later (default:
+        the latest this reader saw)."""
+        data = self._get(self._run_path(run_id, "/history", min_revision), timeout) or []
         return [Transition.model_validate_json(json.dumps(t)) for t in data]
 
     def runs_in_state(
@@ -87,3 +130,12 @@ class RunReader:
         """Runs per machine and state across the cluster, with the oldest entry in each."""
         result: dict[str, Any] = self._get("/stats")
         return result
+
+
+def _said(refusal: urllib.error.HTTPError) -> str:
+    """What a worker's JSON error body says, if anything."""
+    try:
+        said = json.loads(refusal.read()).get("error")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return f" ({said})" if isinstance(said, str) else ""

@@ -292,10 +292,10 @@ class RunstateClient:
         """A `duplicate` (the proposal id was committed before) as the transition it
         names, so a retry gets the answer the first attempt got."""
         original = duplicate_of(outcome)
-        if original is None:
-            return outcome
-        found = self.transition(*original, timeout=timeout)
-        return outcome if found is None else found
+        found = None if original is None else self.transition(*original, timeout=timeout)
+        outcome = outcome if found is None else found
+        self.reader.saw(outcome)
+        return outcome
 
     def transition(
         self, run_id: str, transition_id: str, timeout: float = 30.0

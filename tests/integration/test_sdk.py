@@ -216,3 +216,42 @@ def test_unclaimed_outcomes_are_bounded(served: tuple[Env, WorkerProcess]) -> No
 
 def created_partition(client: RunstateClient, run_id: str) -> int:
     return partition_for(run_id, client.outcomes.partitions())
+
+
+def test_a_client_reads_what_it_was_just_answered(served: tuple[Env, WorkerProcess]) -> None:
+    """The worker moves its state just after the transaction that carried the answer:
+    a read right after `*_and_wait` still sees that transition or a later one (the
+    client asks for it and the worker waits for it), never the state before."""
+    env, worker = served
+    runs = [_run("ryw") for _ in range(4)]
+
+    async def agent(client: AsyncRunstateClient, run_id: str) -> None:
+        await client.create_and_wait(run_id, M, raise_on_rejection=True)
+        await client.propose_and_wait(run_id, "start", raise_on_rejection=True)
+        for n in range(25):
+            done = await client.propose_and_wait(
+                run_id, "checkpoint", payload={"data": {"n": n}}, raise_on_rejection=True
+            )
+            assert isinstance(done, Transition)
+            snapshot = await client.snapshot(run_id)
+            assert snapshot is not None and snapshot.revision >= done.revision, (n, snapshot)
+            assert snapshot.checkpoint == {"n": n}
+            view = await client.resume(run_id)
+            assert view is not None and view.checkpoint == {"n": n}
+
+    async def main() -> None:
+        async with _async_client(env, (worker.url,)) as client:
+            await asyncio.gather(*(agent(client, r) for r in runs))
+
+    asyncio.run(main())
+    key = env.signing_key("runtime")
+    urls = [worker.url]
+    with RunstateClient(
+        KafkaSettings(env.bootstrap), env.topics, signing_key=key, worker_urls=urls
+    ) as client:
+        for n in range(25):
+            done = client.propose_and_wait(runs[0], "checkpoint", payload={"data": {"s": n}})
+            assert isinstance(done, Transition)
+            snapshot = client.snapshot(runs[0])
+            assert snapshot is not None and snapshot.checkpoint == {"s": n}
+            assert client.history(runs[0])[-1].revision >= done.revision

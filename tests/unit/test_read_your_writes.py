@@ -1,0 +1,190 @@
+"""Read your writes: a worker applies a committed transition to its state a moment after
+the transaction that carried it, so a client shown transition N may ask before the
+worker has it. `RunReader` asks for at least the revision it saw (`min_revision`) and the
+API waits for it (processor/api.py `_caught_up`): over generated histories of commits,
+forgotten and re-created runs, and a worker that lags by a random number of reads, no
+read is older than what the reader was shown."""
+
+import random
+import threading
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import ThreadingHTTPServer
+
+import pytest
+
+from processor import api
+from processor.client import RunReader
+from processor.runtime import http
+from schemas.messages import RunSnapshot, Transition
+from tests.unit.driver import Driver
+from tests.unit.test_api import FakeNode, M, get
+
+EVENTS = (
+    "checkpoint",
+    "pause_for_approval",
+    "block_on_dependency",
+    "dependency_resolved",
+    "transient_error",
+    "retry",
+)
+
+
+@dataclass
+class LaggingNode(FakeNode):
+    """A worker whose state moves one committed batch at a time, in commit order, on
+    some of the reads (as a worker applies after its transaction commits)."""
+
+    rng: random.Random = field(default_factory=lambda: random.Random(0))
+    applied: dict[str, tuple[RunSnapshot | None, list[Transition]]] = field(default_factory=dict)
+    unapplied: deque[tuple[str, RunSnapshot | None, list[Transition]]] = field(
+        default_factory=deque
+    )
+    catch_up: float = 0.3  # chance that one more batch is applied before a read
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def committed(
+        self, run_id: str, snapshot: RunSnapshot | None, history: list[Transition]
+    ) -> None:
+        with self.lock:
+            self.unapplied.append((run_id, snapshot, list(history)))
+
+    def run(self, run_id: str, partition: int, *, history: bool) -> api.RunRecord | None:
+        with self.lock:
+            if self.unapplied and self.rng.random() < self.catch_up:
+                applied_id, snapshot, transitions = self.unapplied.popleft()
+                self.applied[applied_id] = (snapshot, transitions)
+            snapshot, transitions = self.applied.get(run_id, (None, []))
+        return api.RunRecord(snapshot, transitions if history else ())
+
+
+@pytest.fixture
+def quick(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(api, "CATCH_UP_POLL_S", 0.0)
+    monkeypatch.setattr(api, "CATCH_UP_S", 2.0)
+
+
+def serve(node: FakeNode) -> Iterator[str]:
+    handler = type("Handler", (http._Handler,), {"node": node})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+
+
+def _play(seed: int, url: str, node: LaggingNode, *, tell_reader: bool) -> int:
+    """Commit a generated history over a few runs, reading each run right after each of
+    its commits; the number of reads older than the commit just shown."""
+    rng = random.Random(seed)
+    reader = RunReader([url], timeout=5.0)
+    runs: dict[str, Driver] = {}
+    stale = 0
+    for _ in range(60):
+        run_id = rng.choice(("r1", "r2", "r3"))
+        run = runs.get(run_id)
+        if run is None or rng.random() < 0.05:  # new, or forgotten and created again
+            later = 0 if run is None else run.now + 60_000 - Driver().now
+            if run is not None:  # forgotten, once retention allows, so later
+                node.committed(run_id, None, [])
+            run = runs[run_id] = Driver(run_id=run_id)
+            run.now += later
+            decided = run.create(M)
+            if rng.random() < 0.8:
+                run.commit("start")
+        else:
+            decided = run.propose(rng.choice(EVENTS), payload={"data": {"n": rng.random()}})
+        node.committed(run_id, run.snapshot, run.history)
+        shown = run.history[-1]
+        if tell_reader:
+            reader.saw(shown)
+        snapshot = reader.snapshot(run_id)
+        history = reader.history(run_id)
+        assert decided is not None
+        assert run.snapshot is not None
+        created = run.snapshot.created_at_ms  # which run of this id: the one just shown
+        if (
+            snapshot is None
+            or (snapshot.created_at_ms, snapshot.revision)
+            < (
+                created,
+                shown.revision,
+            )
+            or (history[0].at_ms, history[-1].revision) < (created, shown.revision)
+        ):
+            stale += 1
+    return stale
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_reader_never_reads_older_than_the_transition_it_was_shown(
+    seed: int, quick: None
+) -> None:
+    node = LaggingNode(rng=random.Random(seed), owned_partitions=[0, 1, 2])
+    for url in serve(node):
+        assert _play(seed, url, node, tell_reader=True) == 0
+
+
+def test_without_what_it_saw_the_same_reads_are_stale(quick: None) -> None:
+    """The control: the lag is real, so the test above can fail."""
+    node = LaggingNode(rng=random.Random(1), owned_partitions=[0, 1, 2])
+    for url in serve(node):
+        assert _play(1, url, node, tell_reader=False) > 5
+
+
+def test_what_the_reader_remembers() -> None:
+    reader = RunReader(["http://127.0.0.1:9"])
+    run = Driver(run_id="a/b")
+    run.create(M)
+    run.commit("start")
+    run.commit("checkpoint", payload={"data": {}})
+    _, start, checkpoint = run.history
+    assert reader._run_path("a/b", "", None) == "/runs/a%2Fb"
+    reader.saw(checkpoint)
+    reader.saw(start)  # shown late (a retry's answer): the later one holds
+    at = checkpoint.at_ms
+    assert (
+        reader._run_path("a/b", "/history", None)
+        == f"/runs/a%2Fb/history?min_revision=2&at_ms={at}"
+    )
+    assert reader._run_path("a/b", "", 0) == "/runs/a%2Fb?min_revision=0"  # asked for
+    again = Driver(run_id="a/b")  # the run forgotten, and its id created anew later
+    again.now = run.now + 60_000
+    again.create(M)
+    reader.saw(again.history[-1])
+    assert reader._seen["a/b"] == (again.history[-1].at_ms, 0)
+    for outcome in (None, object()):  # rejections, heartbeats: no revision to keep
+        reader.saw(outcome)
+    reader.SEEN_RUNS = 3
+    for i in range(5):
+        other = Driver(run_id=f"r{i}")
+        other.create(M)
+        reader.saw(other.history[-1])
+    assert list(reader._seen) == ["r2", "r3", "r4"]  # the latest runs, bounded
+
+
+@pytest.mark.parametrize("value", ["-1", "x", "1.5", "\u0661", "1e3", " 1"])
+def test_a_bad_min_revision_is_refused(value: str) -> None:
+    node = FakeNode(runs={"r": Driver(run_id="r")})
+    status, body, _ = get(node, f"/runs/r?min_revision={value}")
+    assert status == 400 and body["error"].startswith("min_revision must be a whole number")
+
+
+def test_a_worker_that_does_not_catch_up_says_so_and_one_not_owning_says_that(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(api, "CATCH_UP_S", 0.05)
+    run = Driver(run_id="r")
+    run.create(M)
+    node = FakeNode(runs={"r": run})
+    assert get(node, "/runs/r?min_revision=0")[0] == 200
+    for path in ("/runs/r?min_revision=1", "/runs/r/history?min_revision=1"):
+        status, body, _ = get(node, path)
+        assert status == 503 and (body["revision"], body["min_revision"]) == (0, 1)
+        assert "still applying or restoring the partition; ask again" in body["error"]
+    status, body, _ = get(node, "/runs/unknown?min_revision=0")
+    assert status == 503 and body["revision"] == -1
+    node.owned_partitions = []
+    assert get(node, "/runs/r?min_revision=5")[0] == 421
