@@ -24,7 +24,9 @@ GET /runs/<run_id>/history   the run's transitions, oldest first
                              read your writes: wait (up to CATCH_UP_S) until this worker
                              has applied the run's transition N, committed at broker
                              time T, else 503; a client that saw it sends both
-Only committed state is served: what the runtime made durable, never staged changes.
+Only committed state is served: what the runtime made durable, never staged changes;
+and a read of runs waits (up to CATCH_UP_S, else 503) for the writes already under way
+when it came, so it shows every transition committed before it (read_fence.py).
 """
 
 import json
@@ -40,14 +42,17 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from processor import cluster, http_auth, inspector
 from processor.engine import Machine
 from processor.partitioning import partition_for
+from processor.read_fence import ReadFence
 from schemas.messages import Rejection, RunSnapshot, Transition
 
 log = logging.getLogger("runstate.http")
 #: /livez fails when the worker's loop has not turned for this long, /readyz sooner.
 LIVE_WITHIN_S = 60.0
 READY_WITHIN_S = 15.0
-#: How long a read with `min_revision` waits for the worker's state to reach it.
+#: How long a read waits for the worker's state to have what it must show.
 CATCH_UP_S = 5.0
+#: The endpoints that read runs (the inspector's page is "" or "inspect").
+STATE_READS = ("runs", "stats", "inspect", "")
 CATCH_UP_POLL_S = 0.01
 JSON = "application/json"
 HTML = "text/html; charset=utf-8"
@@ -98,6 +103,10 @@ class Node(Protocol):
     def http_tokens(self) -> http_auth.HttpTokens:
         """The tokens this worker accepts; it sends the first to the other workers."""
 
+    @property
+    def read_fence(self) -> ReadFence:
+        """The writes whose outcomes may be seen before this worker's state has them."""
+
     def owned(self) -> list[int]:
         """The partitions whose state this worker holds and serves now."""
 
@@ -138,6 +147,14 @@ def answer(node: Node, path: str, query: str, authorization: str | None = None) 
         body = json.dumps({"error": refused}).encode()
         return Answer(401, JSON, body, http_auth.CHALLENGES)
     params = {k: v[-1] for k, v in parse_qs(query).items()}
+    if parts[0] in STATE_READS and not node.read_fence.wait(CATCH_UP_S):
+        return _json(
+            503,
+            {
+                "error": f"a commit under way did not reach this worker's state within "
+                f"{CATCH_UP_S:g} s (is the broker reachable?): ask again"
+            },
+        )
     if parts == ["runs"]:
         return _runs_in_state(node, params)
     if parts == ["stats"]:

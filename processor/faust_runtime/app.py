@@ -52,6 +52,7 @@ from processor.metrics import MetricsBatch
 from processor.outputs import OutputRecord, Source, dead_letter_record, outcome_records
 from processor.pipeline import DeadLetterReason, Outcome, Placement, decide_record
 from processor.punctuator import Punctuator, timer_key
+from processor.read_fence import ReadFence
 from schemas.messages import RunSnapshot
 
 log = logging.getLogger("runstate.faust")
@@ -190,6 +191,7 @@ def build_app(
             await consumer().commit_positions(offsets)
 
     stats = FaustStats()
+    read_fence = ReadFence()
     punctuator = Punctuator(
         topics, timer_key(config.keyring, config.timer_key_id, config.timer_key_file)
     )
@@ -373,34 +375,40 @@ def build_app(
             if own:
                 records = [*records[:-1], *own, records[-1]]
             sending = time.perf_counter()
-            snapshot: OutputRecord | None = None
-            for n, record in enumerate(records):
-                headers = None
-                if record.topic == topics.changelog and n == len(records) - 1:
-                    snapshot = record
-                    headers = [(SOURCE_OFFSET_HEADER, str(message.offset).encode())]
-                sent = await outputs[record.topic].send(
-                    key=record.key, value=record.value, partition=partition, headers=headers
-                )
-                await sent
-            for record in own:
-                if record.value is not None:
-                    runs.data[record.key] = record.value
-            # The mark before the snapshot: a crash between them leaves the snapshot to
-            # recovery, which replays every changelog record since the last one.
-            delivered(message, last)
-            if isinstance(outcome, Forget):
-                for record in records:
-                    if record.topic == topics.changelog:
-                        runs.data.pop(record.key, None)
-                due_index.drop(partition, outcome.transition.run_id)
-                if previous is not None:
-                    run_states.drop(partition, previous)
-            elif snapshot is not None:
-                runs.data[snapshot.key] = snapshot.value
-                if isinstance(outcome, Commit | Beat):
-                    due_index.note(partition, outcome.snapshot)
-                    run_states.note(partition, previous, outcome.snapshot)
+            # From the first output sent until the table has the outcome, a reader
+            # who saw that output waits for it (read_fence.py).
+            fenced = read_fence.open()
+            try:
+                snapshot: OutputRecord | None = None
+                for n, record in enumerate(records):
+                    headers = None
+                    if record.topic == topics.changelog and n == len(records) - 1:
+                        snapshot = record
+                        headers = [(SOURCE_OFFSET_HEADER, str(message.offset).encode())]
+                    sent = await outputs[record.topic].send(
+                        key=record.key, value=record.value, partition=partition, headers=headers
+                    )
+                    await sent
+                for record in own:
+                    if record.value is not None:
+                        runs.data[record.key] = record.value
+                # The mark before the snapshot: a crash between them leaves the snapshot to
+                # recovery, which replays every changelog record since the last one.
+                delivered(message, last)
+                if isinstance(outcome, Forget):
+                    for record in records:
+                        if record.topic == topics.changelog:
+                            runs.data.pop(record.key, None)
+                    due_index.drop(partition, outcome.transition.run_id)
+                    if previous is not None:
+                        run_states.drop(partition, previous)
+                elif snapshot is not None:
+                    runs.data[snapshot.key] = snapshot.value
+                    if isinstance(outcome, Commit | Beat):
+                        due_index.note(partition, outcome.snapshot)
+                        run_states.note(partition, previous, outcome.snapshot)
+            finally:
+                read_fence.close(fenced)
             if isinstance(outcome, Commit | Forget):
                 stats.transitions += 1
             elif isinstance(outcome, Beat):
@@ -452,6 +460,7 @@ def build_app(
         stats=stats,
         owned=owned,
         advertised_url=advertised_url,
+        read_fence=read_fence,
     )
     serve_api(app, node)  # the same HTTP API as the native worker's (processor/api.py)
     return app

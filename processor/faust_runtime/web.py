@@ -31,6 +31,7 @@ from processor.faust_runtime.observe import Entered, StateIndex
 from processor.faust_runtime.table import RunsTable
 from processor.faust_runtime.timers import DueIndex
 from processor.metrics import WorkerMetrics
+from processor.read_fence import ReadFence
 from processor.readback import read_partition
 from schemas.messages import RunSnapshot
 
@@ -64,8 +65,10 @@ class FaustNode:
         stats: Any,  # FaustStats: a dataclass of counters
         owned: Callable[[], list[int]],
         advertised_url: str | None,
+        read_fence: ReadFence,
     ) -> None:
         self.app = app
+        self.read_fence = read_fence
         self.config = config
         self.partitions = partitions
         self.runs = runs

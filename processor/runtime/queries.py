@@ -13,6 +13,7 @@ from processor import cluster
 from processor.api import RunRecord
 from processor.engine import Machine
 from processor.http_auth import HttpTokens
+from processor.read_fence import ReadFence
 from processor.runtime.store import InState
 from processor.runtime.worker import Worker
 
@@ -37,6 +38,10 @@ class WorkerQueries:
     @property
     def http_tokens(self) -> HttpTokens:
         return self.worker.config.http_tokens
+
+    @property
+    def read_fence(self) -> ReadFence:
+        return self.worker.read_fence
 
     def owned(self) -> list[int]:
         return self.worker.stores.owned()

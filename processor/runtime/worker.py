@@ -52,6 +52,7 @@ from processor.outputs import (
 )
 from processor.pipeline import DeadLetterReason, Outcome, Placement, decide_record
 from processor.punctuator import Punctuator, timer_key
+from processor.read_fence import ReadFence
 from processor.runtime.checkpoint import Checkpoint
 from processor.runtime.heap import IdleTrim
 from processor.runtime.poison import Quarantine, is_record_error
@@ -143,6 +144,9 @@ class Worker:
         self.checkpoint: Checkpoint | None = None
         # The previous checkpoint while its commit travels; `checkpoint` decides meanwhile.
         self.committing: Checkpoint | None = None
+        # HTTP reads wait for the commit in flight to reach the stores (read_fence.py).
+        self.read_fence = ReadFence()
+        self._fenced: int | None = None
         self.broken = False  # gave up on its clients: never call them again
         self._restores: list[RestoreJob] = []
         self.assigned = False  # has had an assignment (possibly empty) from the group
@@ -337,6 +341,7 @@ class Worker:
             if self.producer.open or self.committing is not None:
                 self._abort("shutting down with an open transaction")
             self.producer.close()
+        self._unfence()
         self.stores.close()
         self.state_dir.release()
         log.info("worker %s stopped", self.worker_id)
@@ -469,6 +474,7 @@ class Worker:
         if checkpoint is None or not checkpoint.open:
             return
         assert self.consumer is not None
+        self._fenced = self.read_fence.open()  # before its outcomes can be seen
         checkpoint.start_commit(self.consumer.consumer_group_metadata())
         self.committing = checkpoint
         self.checkpoint = self._new_checkpoint(after=checkpoint)
@@ -485,10 +491,17 @@ class Worker:
             self._abort(f"checkpoint failed: {exc}", exc.args[0], failed=committing)
             return False
         self._committed(committed)
+        self._unfence()
         checkpoint = self.checkpoint
         assert checkpoint is not None
         checkpoint.settled()
         return True
+
+    def _unfence(self) -> None:
+        """The commit in flight is over: its changes are in the stores, or nowhere."""
+        fenced, self._fenced = self._fenced, None
+        if fenced is not None:
+            self.read_fence.close(fenced)
 
     def _committed(self, committed: dict[int, int]) -> None:
         for partition, next_offset in committed.items():
@@ -520,6 +533,7 @@ class Worker:
         if is_record_error(error):
             self.quarantine.refused(failed.ranges(), why)
         failed.abort()
+        self._unfence()
         self._rewind(self.stores.owned())
         self.stats.aborts += 1
 

@@ -18,6 +18,7 @@ from processor.engine import Machine
 from processor.http_auth import HttpTokens
 from processor.machines import builtin_machines
 from processor.partitioning import partition_for
+from processor.read_fence import ReadFence
 from schemas.messages import RunSnapshot
 from tests.unit.driver import Driver
 
@@ -46,6 +47,7 @@ class FakeNode:
     waits: list[str] = field(default_factory=list)
     keeps_refusals: bool = True
     http_tokens: HttpTokens = field(default_factory=HttpTokens)  # none: the API is open
+    read_fence: ReadFence = field(default_factory=ReadFence)
 
     @property
     def machines(self) -> Mapping[str, Machine]:

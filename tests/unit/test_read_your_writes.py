@@ -5,8 +5,10 @@ API waits for it (processor/api.py `_caught_up`): over generated histories of co
 forgotten and re-created runs, and a worker that lags by a random number of reads, no
 read is older than what the reader was shown."""
 
+import queue
 import random
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -16,6 +18,7 @@ import pytest
 
 from processor import api
 from processor.client import RunReader
+from processor.read_fence import ReadFence
 from processor.runtime import http
 from schemas.messages import RunSnapshot, Transition
 from tests.unit.driver import Driver
@@ -188,3 +191,92 @@ def test_a_worker_that_does_not_catch_up_says_so_and_one_not_owning_says_that(
     assert status == 503 and body["revision"] == -1
     node.owned_partitions = []
     assert get(node, "/runs/r?min_revision=5")[0] == 421
+
+
+@dataclass
+class ApplyingLater(LaggingNode):
+    """A worker that applies each commit in its own thread a few ms after it, with the
+    commit open in its read fence meanwhile (when `fenced`), as the runtimes do."""
+
+    fenced: bool = True
+    work: "queue.Queue[tuple[int | None, str, RunSnapshot | None, list[Transition]] | None]" = (
+        field(default_factory=lambda: queue.Queue())
+    )
+
+    def __post_init__(self) -> None:
+        threading.Thread(target=self._apply, daemon=True).start()
+
+    def committed(
+        self, run_id: str, snapshot: RunSnapshot | None, history: list[Transition]
+    ) -> None:
+        token = self.read_fence.open() if self.fenced else None
+        self.work.put((token, run_id, snapshot, list(history)))
+
+    def _apply(self) -> None:
+        while (item := self.work.get()) is not None:
+            token, run_id, snapshot, history = item
+            time.sleep(self.rng.random() * 0.004)
+            with self.lock:
+                self.applied[run_id] = (snapshot, history)
+            if token is not None:
+                self.read_fence.close(token)
+
+    def run(self, run_id: str, partition: int, *, history: bool) -> api.RunRecord | None:
+        with self.lock:
+            snapshot, transitions = self.applied.get(run_id, (None, []))
+        return api.RunRecord(snapshot, transitions if history else ())
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_reader_that_saw_nothing_still_reads_every_commit_before_it(seed: int) -> None:
+    """An agent restarted after a crash has seen nothing, yet its read must show the
+    transition it wrote just before: the read waits for the commits under way."""
+    node = ApplyingLater(rng=random.Random(seed))
+    try:
+        for url in serve(node):
+            assert _play(seed, url, node, tell_reader=False) == 0
+    finally:
+        node.work.put(None)
+
+
+def test_without_the_fence_a_reader_that_saw_nothing_reads_stale() -> None:
+    node = ApplyingLater(rng=random.Random(1), fenced=False)
+    try:
+        for url in serve(node):
+            assert _play(1, url, node, tell_reader=False) > 5
+    finally:
+        node.work.put(None)
+
+
+def test_a_write_under_way_that_never_ends_is_a_503_not_a_stale_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(api, "CATCH_UP_S", 0.05)
+    run = Driver(run_id="r")
+    run.create(M)
+    node = FakeNode(runs={"r": run})
+    token = node.read_fence.open()
+    for path in ("/runs/r", "/runs/r/history", "/runs?state=planned", "/stats", "/inspect?run=r"):
+        status, body, _ = get(node, path)
+        assert status == 503 and "did not reach this worker's state" in body["error"], path
+    assert get(node, "/livez")[0] == 200 and get(node, "/health")[0] == 200  # not reads of runs
+    node.read_fence.close(token)
+    assert get(node, "/runs/r")[0] == 200
+
+
+def test_the_fence_waits_for_the_writes_open_when_asked_not_later_ones() -> None:
+    fence = ReadFence()
+    first = fence.open()
+    done: list[bool] = []
+    waiter = threading.Thread(target=lambda: done.append(fence.wait(5.0)))
+    waiter.start()
+    time.sleep(0.05)
+    later = fence.open()  # opened after the read came: not waited for
+    assert not done
+    fence.close(first)
+    waiter.join(5.0)
+    assert done == [True]
+    assert not fence.wait(0.01)  # `later` is still open
+    fence.close(later)
+    fence.close(later)  # closing twice is harmless
+    assert fence.wait(0.0)
