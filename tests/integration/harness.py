@@ -412,6 +412,27 @@ def assert_at_least_once_recognisable(plan: list[dict[str, Any]], result: Publis
     assert all(len(kinds) == 1 for kinds in refused.values()), "a proposal refused differently"
 
 
+def assert_serves_changelog(
+    worker: WorkerProcess, env: Env, before: dict[str, RunSnapshot]
+) -> dict[str, RunSnapshot]:
+    """The worker serves the rebuilt snapshots. Retry deadlines that came due while no
+    worker ran fire as it starts and move some runs on, so a run may be ahead of
+    `before`: then it must equal the changelog's newest snapshot, read again until the
+    worker's commits have all arrived (30 s at most)."""
+    deadline = time.monotonic() + 30
+    while True:
+        latest = published(env).snapshots
+        served = {run_id: worker.snapshot(run_id) for run_id in before}
+        ahead = {r for r, s in served.items() if s != before[r]}
+        if all(served[r] == latest.get(r) for r in ahead) or time.monotonic() > deadline:
+            break
+        time.sleep(1.0)
+    for run_id, snapshot in served.items():
+        assert snapshot is not None and snapshot.revision >= before[run_id].revision
+        assert snapshot == (before[run_id] if run_id not in ahead else latest[run_id])
+    return {r: s for r, s in served.items() if s is not None}
+
+
 def assert_state_matches_replay(env: Env, result: Published) -> None:
     """The changelog's snapshots equal a replay of the proposals topic. Deadlines the
     worker proposes (retry backoff) keep arriving for a few seconds after a workload,

@@ -14,6 +14,7 @@ from schemas.messages import RunSnapshot, Transition
 from tests.integration.harness import (
     Env,
     WorkerProcess,
+    assert_serves_changelog,
     make_env,
     published,
     runstate,
@@ -49,26 +50,6 @@ def _delete_topic(admin: AdminClient, topic: str) -> None:
     raise AssertionError(f"{topic} still exists")
 
 
-def _assert_serves_changelog(
-    worker: WorkerProcess, env: Env, before: dict[str, RunSnapshot]
-) -> None:
-    """The worker serves the rebuilt snapshots. Retry deadlines that came due while no
-    worker ran fire as it starts and move some runs on, so a run may be ahead of
-    `before`: then it must equal the changelog's newest snapshot, read again until the
-    worker's commits have all arrived (30 s at most)."""
-    deadline = time.monotonic() + 30
-    while True:
-        latest = published(env).snapshots
-        served = {run_id: worker.snapshot(run_id) for run_id in before}
-        ahead = {r for r, s in served.items() if s != before[r]}
-        if all(served[r] == latest.get(r) for r in ahead) or time.monotonic() > deadline:
-            break
-        time.sleep(1.0)
-    for run_id, snapshot in served.items():
-        assert snapshot is not None and snapshot.revision >= before[run_id].revision
-        assert snapshot == (before[run_id] if run_id not in ahead else latest[run_id])
-
-
 def test_replay_rebuilds_identical_snapshots_without_state_or_changelog(
     env: Env, admin: AdminClient
 ) -> None:
@@ -86,7 +67,7 @@ def test_replay_rebuilds_identical_snapshots_without_state_or_changelog(
     worker = WorkerProcess(env, env.tmp / "w1")
     try:
         worker.wait_ready(partitions=3)
-        _assert_serves_changelog(worker, env, before)
+        assert_serves_changelog(worker, env, before)
         history = worker.get(worker.run_path(next(iter(before)), "/history"))
         assert [t["revision"] for t in history] == list(range(len(history)))
     finally:
