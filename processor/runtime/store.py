@@ -19,14 +19,21 @@ import json
 import logging
 import shutil
 import struct
-import threading
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch, WriteOptions
+from rocksdict import (
+    BlockBasedOptions,
+    Cache,
+    Options,
+    Rdict,
+    WriteBatch,
+    WriteBufferManager,
+    WriteOptions,
+)
 
 from processor.engine import Beat, Commit
 from processor.outputs import (
@@ -39,6 +46,7 @@ from processor.outputs import (
     parse_revision_header,
 )
 from processor.punctuator import NOT_FIRED, Fired
+from processor.runtime.snapshot_cache import SNAPSHOTS, SnapshotCache
 from schemas.messages import Rejection, RunSnapshot, Transition
 
 _SNAPSHOT = b"s/"
@@ -59,15 +67,15 @@ _FORMAT_KEY = _META + b"format"
 #: restores from the changelog alone); forgotten runs.
 STORE_FORMAT = 3
 log = logging.getLogger("runstate.store")
-# A decoded RunSnapshot takes about 7 KB (measured; its JSON about 0.8 KB): at 10,000 per
-# partition the cache alone grew a worker by 200 MB (benchmarks, issue 8).
-_CACHE_SIZE = 2_000
 # Memory RocksDB may take as runs grow: one block cache shared by every partition store
 # of the process, and small memtables per store (RocksDB's defaults: 64 MB, two of them,
 # per store). Index and filter blocks stay outside the cache: charged to a cache this
 # small they were evicted and re-read on every lookup.
 _BLOCK_CACHE = Cache(32 << 20)
 _WRITE_BUFFER_BYTES = 8 << 20
+# And all memtables of the process together: a flush comes sooner when many stores are
+# open (24 partitions could otherwise hold 24 x 2 x 8 MB).
+_WRITE_BUFFERS = WriteBufferManager(32 << 20, False)
 #: What `PartitionStore.memory` reports, by kind: RocksDB's own properties.
 _MEMORY = {
     "memtables": "rocksdb.cur-size-all-mem-tables",
@@ -187,7 +195,7 @@ def _timer_key(due_ms: int, run_id: str) -> bytes:
 class PartitionStore:
     """The state of one input partition."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, snapshots: SnapshotCache = SNAPSHOTS) -> None:
         path.mkdir(parents=True, exist_ok=True)
         table = BlockBasedOptions()
         table.set_block_cache(_BLOCK_CACHE)
@@ -199,14 +207,15 @@ class PartitionStore:
         options.set_block_based_table_factory(table)
         options.set_write_buffer_size(_WRITE_BUFFER_BYTES)
         options.set_max_write_buffer_number(2)
+        options.set_write_buffer_manager(_WRITE_BUFFERS)
         self.path = path
         self._db = self._open(path, options)
         # Runs per (machine, state), counted on first use and kept up to date by flush.
         self._counts: Counter[tuple[str, str]] | None = None
-        # Decoding JSON dominates lookups; keep recently committed snapshots decoded.
-        # HTTP threads read snapshots too: every use of the cache holds its lock.
-        self._cache: OrderedDict[str, RunSnapshot] = OrderedDict()
-        self._cache_lock = threading.Lock()
+        # Decoding JSON dominates lookups: recently committed snapshots stay decoded, in
+        # the process's cache (bounded for all stores at once).
+        self._cache = snapshots
+        self._cached = snapshots.owner()
         # Changelog records restore could not use (written by no runstate of this layout).
         self.unreadable = 0
 
@@ -247,16 +256,14 @@ class PartitionStore:
         return PartitionTransaction(self, base)
 
     def committed_snapshot(self, run_id: str) -> RunSnapshot | None:
-        with self._cache_lock:
-            cached = self._cache.get(run_id)
-            if cached is not None:
-                self._cache.move_to_end(run_id)
-                return cached
+        cached = self._cache.get(self._cached, run_id)
+        if cached is not None:
+            return cached
         raw = self._db.get(_run_key(run_id))
         if raw is None:
             return None
         snapshot = RunSnapshot.model_validate_json(raw)
-        self._remember(snapshot)
+        self._cache.put(self._cached, (snapshot,))
         return snapshot
 
     def refusals(self, run_id: str) -> list[Rejection]:
@@ -409,10 +416,8 @@ class PartitionStore:
         self._db.write(prepared.batch)
         if prepared.counts is not None:
             self._counts = prepared.counts
-        for run_id in prepared.changes.forgotten:
-            self._forget(run_id)
-        for snapshot in prepared.changes.snapshots.values():
-            self._remember(snapshot)
+        self._cache.drop(self._cached, prepared.changes.forgotten)
+        self._cache.put(self._cached, prepared.changes.snapshots.values())
 
     def _drop_run(self, batch: WriteBatch, run_id: str) -> None:
         """Everything about a run, as written to `batch` (a forgotten run)."""
@@ -449,8 +454,7 @@ class PartitionStore:
         """
         # A store catching up (the worker replaced its producer) may hold snapshots the
         # changelog has moved past since.
-        with self._cache_lock:
-            self._cache.clear()
+        self._cache.drop_owner(self._cached)
         batch = WriteBatch(raw_mode=True)
         counts = self._restore_counts()
         latest: dict[str, bytes | None] = {}
@@ -552,9 +556,7 @@ class PartitionStore:
         found = self._get_many(
             [_BY_STATE_OF + r.encode() for r in runs] + [_TIMER_OF + r.encode() for r in changed]
         )
-        with self._cache_lock:  # once a batch, not once a run
-            for run_id in runs if self._cache else ():
-                self._cache.pop(run_id, None)
+        self._cache.drop(self._cached, runs)  # once a batch, not once a run
         for run_id, old in zip(runs, found, strict=False):
             value = latest[run_id]
             where = None if value is None else where_of[run_id]
@@ -642,20 +644,8 @@ class PartitionStore:
             batch.put(_timer_key(due, run_id), b"")
         batch.put(_TIMER_OF + run_id.encode(), encoded)
 
-    def _remember(self, snapshot: RunSnapshot) -> None:
-        with self._cache_lock:
-            self._cache[snapshot.run_id] = snapshot
-            self._cache.move_to_end(snapshot.run_id)
-            if len(self._cache) > _CACHE_SIZE:
-                self._cache.popitem(last=False)
-
-    def _forget(self, run_id: str) -> None:
-        with self._cache_lock:
-            self._cache.pop(run_id, None)
-
     def close(self) -> None:
-        with self._cache_lock:
-            self._cache.clear()
+        self._cache.drop_owner(self._cached)
         self._db.flush(True)  # the memtables to disk: a clean stop restores nothing
         self._db.close()
 

@@ -14,6 +14,7 @@ from processor.outputs import (
     history_changelog_key,
 )
 from processor.runtime import store as store_module
+from processor.runtime.snapshot_cache import SnapshotCache
 from processor.runtime.store import (
     PartitionStore,
     StoreFormatError,
@@ -77,13 +78,10 @@ def test_restore_skips_what_it_cannot_read(tmp_path: Path) -> None:
     store.close()
 
 
-def test_the_cache_is_safe_under_concurrent_readers(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_cache_is_safe_under_concurrent_readers(tmp_path: Path) -> None:
     # HTTP threads read snapshots while the worker commits: with a small cache every
     # commit evicts, the case that turned a valid proposal into an "internal error".
-    monkeypatch.setattr(store_module, "_CACHE_SIZE", 3)
-    store = PartitionStore(tmp_path / "p0")
+    store = PartitionStore(tmp_path / "p0", SnapshotCache(3))
     ids = [f"r{i}" for i in range(12)]
     for run_id in ids:
         _committed(store, run_id)
@@ -238,3 +236,24 @@ def test_the_worker_collects_cycles_rarely_and_never_visits_what_start_up_made()
         "assert gc.get_freeze_count() > 10_000, gc.get_freeze_count()\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_one_cache_bounds_every_store_of_the_process(tmp_path: Path) -> None:
+    """The decoded snapshots kept are bounded for the process, however many partitions
+    it owns; each store sees its own runs only, and lets go of them when it closes."""
+    cache = SnapshotCache(5)
+    stores = [PartitionStore(tmp_path / f"p{n}", cache) for n in range(3)]
+    for n, store in enumerate(stores):
+        for i in range(4):
+            _committed(store, f"p{n}-r{i}")
+    assert len(cache) == 5
+    assert [cache.held(s._cached) for s in stores] == [0, 1, 4]
+    for n, store in enumerate(stores):  # evicted or not, every run is still found
+        assert [store.committed_snapshot(f"p{n}-r{i}") is not None for i in range(4)] == [True] * 4
+        assert store.committed_snapshot(f"p{(n + 1) % 3}-r0") is None  # not its run
+    assert len(cache) == 5
+    stores[2].close()
+    assert cache.held(stores[2]._cached) == 0 and len(cache) <= 5
+    stores[0].close()
+    stores[1].close()
+    assert len(cache) == 0
