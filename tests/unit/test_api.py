@@ -4,6 +4,7 @@ routing, status codes, JSON shapes, messages (no broker, no server)."""
 import json
 import threading
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -19,6 +20,7 @@ from processor.http_auth import HttpTokens
 from processor.machines import builtin_machines
 from processor.partitioning import partition_for
 from processor.read_fence import ReadFence
+from processor.runtime import http
 from schemas.messages import RunSnapshot
 from tests.unit.driver import Driver
 
@@ -92,6 +94,18 @@ class FakeNode:
 
     def metrics(self) -> bytes:
         return b"runstate_runs 1\n"
+
+
+@contextmanager
+def served_over_http(node: FakeNode) -> Iterator[str]:
+    """The native runtime's adapter (processor/runtime/http.py) over `node`: its URL."""
+    handler = type("Handler", (http._Handler,), {"node": node})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
 
 
 def get(node: FakeNode, url: str, authorization: str | None = None) -> tuple[int, Any, api.Answer]:

@@ -6,12 +6,10 @@ import base64
 import json
 import logging
 import os
-import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -28,8 +26,8 @@ from processor.http_auth import (
     parse_token_file,
     presented_token,
 )
-from processor.runtime import http, probe
-from tests.unit.test_api import FakeNode, get, owned_run
+from processor.runtime import probe
+from tests.unit.test_api import FakeNode, get, owned_run, served_over_http
 
 TOKEN = "tok-current-0123456789"
 OLD = "tok-old-abcdefghijklmn"
@@ -113,14 +111,8 @@ def test_presented_token() -> None:
 
 @pytest.fixture
 def served(node: FakeNode) -> Iterator[str]:
-    """The native runtime's adapter (processor/runtime/http.py) over the fake node."""
-    handler = type("Handler", (http._Handler,), {"node": node})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
+    with served_over_http(node) as url:
+        yield url
 
 
 def test_the_native_server_sends_both_challenges_and_reads_the_header(served: str) -> None:

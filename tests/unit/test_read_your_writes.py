@@ -10,19 +10,16 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import ThreadingHTTPServer
 
 import pytest
 
 from processor import api
 from processor.client import RunReader
 from processor.read_fence import ReadFence
-from processor.runtime import http
 from schemas.messages import RunSnapshot, Transition
 from tests.unit.driver import Driver
-from tests.unit.test_api import FakeNode, M, get
+from tests.unit.test_api import FakeNode, M, get, served_over_http
 
 EVENTS = (
     "checkpoint",
@@ -68,14 +65,11 @@ def quick(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(api, "CATCH_UP_S", 2.0)
 
 
-def serve(node: FakeNode) -> Iterator[str]:
-    handler = type("Handler", (http._Handler,), {"node": node})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
+def one_run() -> FakeNode:
+    """A worker holding run "r", just created (revision 0)."""
+    run = Driver(run_id="r")
+    run.create(M)
+    return FakeNode(runs={"r": run})
 
 
 def _play(seed: int, url: str, node: LaggingNode, *, tell_reader: bool) -> int:
@@ -126,14 +120,14 @@ def test_a_reader_never_reads_older_than_the_transition_it_was_shown(
     seed: int, quick: None
 ) -> None:
     node = LaggingNode(rng=random.Random(seed), owned_partitions=[0, 1, 2])
-    for url in serve(node):
+    with served_over_http(node) as url:
         assert _play(seed, url, node, tell_reader=True) == 0
 
 
 def test_without_what_it_saw_the_same_reads_are_stale(quick: None) -> None:
     """The control: the lag is real, so the test above can fail."""
     node = LaggingNode(rng=random.Random(1), owned_partitions=[0, 1, 2])
-    for url in serve(node):
+    with served_over_http(node) as url:
         assert _play(1, url, node, tell_reader=False) > 5
 
 
@@ -179,9 +173,7 @@ def test_a_worker_that_does_not_catch_up_says_so_and_one_not_owning_says_that(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(api, "CATCH_UP_S", 0.05)
-    run = Driver(run_id="r")
-    run.create(M)
-    node = FakeNode(runs={"r": run})
+    node = one_run()
     assert get(node, "/runs/r?min_revision=0")[0] == 200
     for path in ("/runs/r?min_revision=1", "/runs/r/history?min_revision=1"):
         status, body, _ = get(node, path)
@@ -233,7 +225,7 @@ def test_a_reader_that_saw_nothing_still_reads_every_commit_before_it(seed: int)
     transition it wrote just before: the read waits for the commits under way."""
     node = ApplyingLater(rng=random.Random(seed))
     try:
-        for url in serve(node):
+        with served_over_http(node) as url:
             assert _play(seed, url, node, tell_reader=False) == 0
     finally:
         node.work.put(None)
@@ -242,7 +234,7 @@ def test_a_reader_that_saw_nothing_still_reads_every_commit_before_it(seed: int)
 def test_without_the_fence_a_reader_that_saw_nothing_reads_stale() -> None:
     node = ApplyingLater(rng=random.Random(1), fenced=False)
     try:
-        for url in serve(node):
+        with served_over_http(node) as url:
             assert _play(1, url, node, tell_reader=False) > 5
     finally:
         node.work.put(None)
@@ -252,9 +244,7 @@ def test_a_write_under_way_that_never_ends_is_a_503_not_a_stale_read(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(api, "CATCH_UP_S", 0.05)
-    run = Driver(run_id="r")
-    run.create(M)
-    node = FakeNode(runs={"r": run})
+    node = one_run()
     token = node.read_fence.open()
     for path in ("/runs/r", "/runs/r/history", "/runs?state=planned", "/stats", "/inspect?run=r"):
         status, body, _ = get(node, path)
