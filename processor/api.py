@@ -31,6 +31,7 @@ when it came, so it shows every transition committed before it (read_fence.py).
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -54,6 +55,9 @@ CATCH_UP_S = 5.0
 #: The endpoints that read runs (the inspector's page is "" or "inspect").
 STATE_READS = ("runs", "stats", "inspect", "")
 CATCH_UP_POLL_S = 0.01
+#: Reads that may wait for a revision at once; more are answered 503 at once.
+MAX_WAITING_READS = 32
+_WAITING = threading.BoundedSemaphore(MAX_WAITING_READS)
 JSON = "application/json"
 HTML = "text/html; charset=utf-8"
 ENDPOINTS = (
@@ -328,27 +332,41 @@ def _caught_up(
     a client that saw transition N on the topic may ask before the worker's state has it
     (or while a worker taking the partition over restores it): the read waits, briefly,
     rather than answer with an older snapshot than the client already saw."""
-    deadline = time.monotonic() + CATCH_UP_S
-    while True:
-        record = node.run(run_id, partition, history=False)
-        if record is None or revision is None:
-            return record
-        snapshot = record.snapshot
-        if snapshot is not None and _applied(snapshot, revision, at_ms):
-            return record
-        if time.monotonic() >= deadline:
-            have = -1 if snapshot is None else snapshot.revision
-            return _json(
-                503,
-                {
-                    "error": f"this worker has run '{run_id}' at revision {have}, "
-                    f"older than the {revision} asked for, after {CATCH_UP_S:g} s: it is "
-                    "still applying or restoring the partition; ask again",
-                    "revision": have,
-                    "min_revision": revision,
-                },
-            )
-        time.sleep(CATCH_UP_POLL_S)
+    record = node.run(run_id, partition, history=False)
+    if record is None or revision is None or _has(record, revision, at_ms):
+        return record
+    # Each waiting read holds a server thread for up to CATCH_UP_S: a bounded number do,
+    # so revisions asked far ahead (by mistake or not) cannot pile threads up.
+    if not _WAITING.acquire(blocking=False):
+        return _behind(run_id, record, revision, "too many reads are waiting already")
+    try:
+        deadline = time.monotonic() + CATCH_UP_S
+        while time.monotonic() < deadline:
+            time.sleep(CATCH_UP_POLL_S)
+            record = node.run(run_id, partition, history=False)
+            if record is None or _has(record, revision, at_ms):
+                return record
+        return _behind(run_id, record, revision, f"after {CATCH_UP_S:g} s")
+    finally:
+        _WAITING.release()
+
+
+def _has(record: RunRecord, revision: int, at_ms: int | None) -> bool:
+    return record.snapshot is not None and _applied(record.snapshot, revision, at_ms)
+
+
+def _behind(run_id: str, record: RunRecord, revision: int, why: str) -> Answer:
+    have = -1 if record.snapshot is None else record.snapshot.revision
+    return _json(
+        503,
+        {
+            "error": f"this worker has run '{run_id}' at revision {have}, older than the "
+            f"{revision} asked for ({why}): it is still applying or restoring the "
+            "partition; ask again",
+            "revision": have,
+            "min_revision": revision,
+        },
+    )
 
 
 def _applied(snapshot: RunSnapshot, revision: int, at_ms: int | None) -> bool:

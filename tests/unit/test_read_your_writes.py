@@ -270,3 +270,22 @@ def test_the_fence_waits_for_the_writes_open_when_asked_not_later_ones() -> None
     fence.close(later)
     fence.close(later)  # closing twice is harmless
     assert fence.wait(0.0)
+
+
+def test_reads_waiting_for_a_revision_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A revision asked far ahead holds a server thread for up to CATCH_UP_S: past
+    MAX_WAITING_READS such reads, the next is answered at once."""
+    monkeypatch.setattr(api, "CATCH_UP_S", 1.0)
+    monkeypatch.setattr(api, "_WAITING", threading.BoundedSemaphore(1))
+    node = one_run()
+    waiting = threading.Thread(target=get, args=(node, "/runs/r?min_revision=9"))
+    waiting.start()
+    time.sleep(0.1)
+    began = time.monotonic()
+    status, body, _ = get(node, "/runs/r/history?min_revision=9")
+    assert status == 503 and "too many reads are waiting already" in body["error"]
+    assert time.monotonic() - began < 0.5
+    assert get(node, "/runs/r?min_revision=0")[0] == 200  # one already there: no wait
+    waiting.join(5.0)
+    status, body, _ = get(node, "/runs/r?min_revision=9")  # the slot is free again
+    assert status == 503 and "after 1 s" in body["error"]
