@@ -474,6 +474,7 @@ class Worker:
         if checkpoint is None or not checkpoint.open:
             return
         assert self.consumer is not None
+        self._unfence()  # (settled above: none is open; a leaked one would stall reads)
         self._fenced = self.read_fence.open()  # before its outcomes can be seen
         checkpoint.start_commit(self.consumer.consumer_group_metadata())
         self.committing = checkpoint
@@ -562,6 +563,9 @@ class Worker:
             )
             self.metrics.restoring.set(1)
             log.info("partitions %s catching up from the changelog", owned)
+        # The commit in flight may have gone through or not: the stores that might lack
+        # it are out of reach until they have caught up, so reads wait no longer.
+        self._unfence()
 
     def _fresh_producer(self) -> None:
         """After the group lost its coordinator, and once partitions came back (the

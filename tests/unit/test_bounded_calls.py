@@ -204,8 +204,10 @@ def test_a_hung_producer_is_replaced_and_the_stores_catch_up(
     worker = _worker_owning(tmp_path, monkeypatch)
     old, checkpoint = worker.producer, worker.checkpoint
     worker.committing = checkpoint
+    worker._fenced = worker.read_fence.open()  # its commit, which reads wait for
     worker._stale_coordinator = True
     worker._replace_producer("send_offsets_to_transaction has not returned after 3s")
+    assert worker.read_fence.wait(0.0), "reads would wait for a commit nobody finishes"
     assert worker.producer is not old and old in worker._retired
     assert worker.committing is None and worker.checkpoint is not checkpoint
     assert worker.checkpoint is not None and not worker.checkpoint.open
