@@ -52,8 +52,6 @@ LIVE_WITHIN_S = 60.0
 READY_WITHIN_S = 15.0
 #: How long a read waits for the worker's state to have what it must show.
 CATCH_UP_S = 5.0
-#: The endpoints that read runs (the inspector's page is "" or "inspect").
-STATE_READS = ("runs", "stats", "inspect", "")
 CATCH_UP_POLL_S = 0.01
 #: Reads that may wait for a revision at once; more are answered 503 at once.
 MAX_WAITING_READS = 32
@@ -151,14 +149,6 @@ def answer(node: Node, path: str, query: str, authorization: str | None = None) 
         body = json.dumps({"error": refused}).encode()
         return Answer(401, JSON, body, http_auth.CHALLENGES)
     params = {k: v[-1] for k, v in parse_qs(query).items()}
-    if parts[0] in STATE_READS and not node.read_fence.wait(CATCH_UP_S):
-        return _json(
-            503,
-            {
-                "error": f"a commit under way did not reach this worker's state within "
-                f"{CATCH_UP_S:g} s (is the broker reachable?): ask again"
-            },
-        )
     if parts == ["runs"]:
         return _runs_in_state(node, params)
     if parts == ["stats"]:
@@ -231,7 +221,23 @@ def _cluster(
     return pages, missing
 
 
+def _fenced(node: Node) -> Answer | None:
+    """None once the commits under way when the read came have reached this worker's
+    state (read_fence.py); else, after CATCH_UP_S, the 503 to answer."""
+    if node.read_fence.wait(CATCH_UP_S):
+        return None
+    return _json(
+        503,
+        {
+            "error": f"a commit under way did not reach this worker's state within "
+            f"{CATCH_UP_S:g} s (is the broker reachable?): ask again"
+        },
+    )
+
+
 def _runs_in_state(node: Node, params: dict[str, str]) -> Answer:
+    if (fenced := _fenced(node)) is not None:
+        return fenced
     state = params.get("state")
     try:
         if not state:
@@ -261,6 +267,8 @@ def _runs_in_state(node: Node, params: dict[str, str]) -> Answer:
 
 
 def _stats(node: Node, params: dict[str, str]) -> Answer:
+    if (fenced := _fenced(node)) is not None:
+        return fenced
     local = [
         {"machine": m, "state": s, "runs": n, "oldest_entered_ms": oldest}
         for m, s, n, oldest in node.local_stats()
@@ -276,6 +284,9 @@ def _inspect(node: Node, run_id: str) -> Answer:
     if not run_id:
         return _html(200, inspector.page("", None, None, [], [], now_ms))
     partition = _partition(node, run_id)
+    owned = node.run(run_id, partition, history=False) is not None
+    if owned and (fenced := _fenced(node)) is not None:  # owned here: read it fresh
+        return fenced
     record = node.run(run_id, partition, history=True)
     if record is None:
         owner = next((p.url for p in node.peers() if partition in p.partitions), None)
@@ -300,7 +311,12 @@ def _run(node: Node, run_id: str, params: dict[str, str], history: bool) -> Answ
             return _json(400, {"error": f"{name} must be a whole number, not {value!r}"})
         wanted.append(None if value is None else int(value))
     revision, at_ms = wanted
-    record = _caught_up(node, run_id, partition, revision, at_ms)
+    # Not owned here: said at once (a stuck commit of this worker is not the reader's).
+    record: RunRecord | Answer | None = node.run(run_id, partition, history=False)
+    if record is not None:
+        if (fenced := _fenced(node)) is not None:
+            return fenced
+        record = _caught_up(node, run_id, partition, revision, at_ms)
     if isinstance(record, Answer):
         return record
     if record is None:
@@ -317,8 +333,10 @@ def _run(node: Node, run_id: str, params: dict[str, str], history: bool) -> Answ
     if not history:
         return Answer(200, JSON, record.snapshot.model_dump_json().encode())
     with_history = node.run(run_id, partition, history=True)
-    if with_history is None or with_history.snapshot is None:  # moved or forgotten since
+    if with_history is None:
         return _json(503, {"error": f"run '{run_id}' moved while read: ask again"})
+    if with_history.snapshot is None:  # forgotten since
+        return _json(404, {"error": f"no run '{run_id}'", "partition": partition})
     return _json(200, [json.loads(t.model_dump_json()) for t in with_history.history])
 
 
@@ -326,14 +344,16 @@ def _caught_up(
     node: Node, run_id: str, partition: int, revision: int | None, at_ms: int | None
 ) -> RunRecord | Answer | None:
     """The run as this worker has it, once it has applied the run's transition
-    `revision`, committed at broker time `at_ms` (any state when `revision` is None).
+    `revision`, committed at broker time `at_ms` (as it is, when `revision` is None).
 
-    A worker moves its state only after the transaction that committed a transition, so
-    a client that saw transition N on the topic may ask before the worker's state has it
-    (or while a worker taking the partition over restores it): the read waits, briefly,
-    rather than answer with an older snapshot than the client already saw."""
+    The read fence already waited for this worker's own commits, so a run it lacks is
+    gone (forgotten) or never was: that is answered at once. A run older than asked is
+    waited for, briefly: a reader told of a transition by another worker (one that owned
+    the partition before, or a stale one) asks one that may not have applied it yet."""
     record = node.run(run_id, partition, history=False)
-    if record is None or revision is None or _has(record, revision, at_ms):
+    if record is None or record.snapshot is None or revision is None:
+        return record
+    if _applied(record.snapshot, revision, at_ms):
         return record
     # Each waiting read holds a server thread for up to CATCH_UP_S: a bounded number do,
     # so revisions asked far ahead (by mistake or not) cannot pile threads up.
@@ -344,15 +364,13 @@ def _caught_up(
         while time.monotonic() < deadline:
             time.sleep(CATCH_UP_POLL_S)
             record = node.run(run_id, partition, history=False)
-            if record is None or _has(record, revision, at_ms):
+            if record is None or record.snapshot is None:
+                return record
+            if _applied(record.snapshot, revision, at_ms):
                 return record
         return _behind(run_id, record, revision, f"after {CATCH_UP_S:g} s")
     finally:
         _WAITING.release()
-
-
-def _has(record: RunRecord, revision: int, at_ms: int | None) -> bool:
-    return record.snapshot is not None and _applied(record.snapshot, revision, at_ms)
 
 
 def _behind(run_id: str, record: RunRecord, revision: int, why: str) -> Answer:
@@ -361,8 +379,7 @@ def _behind(run_id: str, record: RunRecord, revision: int, why: str) -> Answer:
         503,
         {
             "error": f"this worker has run '{run_id}' at revision {have}, older than the "
-            f"{revision} asked for ({why}): it is still applying or restoring the "
-            "partition; ask again",
+            f"{revision} asked for ({why}): it has not applied it yet; ask again",
             "revision": have,
             "min_revision": revision,
         },
@@ -370,10 +387,10 @@ def _behind(run_id: str, record: RunRecord, revision: int, why: str) -> Answer:
 
 
 def _applied(snapshot: RunSnapshot, revision: int, at_ms: int | None) -> bool:
-    """Whether `snapshot` is at or after the transition (`revision`, `at_ms`). Broker time
-    orders a partition's transitions, so a snapshot last moved later is later, even with
-    a lower revision: the id forgotten and its run created anew. Without `at_ms`, the
-    revision alone (which cannot tell an older run of the same id)."""
-    if at_ms is None or snapshot.updated_at_ms == at_ms:
-        return snapshot.revision >= revision
-    return snapshot.updated_at_ms > at_ms
+    """Whether `snapshot` is at or after the transition (`revision`, `at_ms`): at that
+    revision or later, or a run of that id created after the transition was committed
+    (the id forgotten and used again). The revision comes first: broker time is not
+    monotonic across a leader change to a broker whose clock is behind."""
+    if snapshot.revision >= revision:
+        return True
+    return at_ms is not None and snapshot.created_at_ms > at_ms

@@ -3,6 +3,7 @@ in a thread)."""
 
 import json
 import os
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -36,32 +37,39 @@ class RunReader:
         self._worker_urls = [u.rstrip("/") for u in worker_urls]
         self._headers = bearer(http_token or os.environ.get(CLIENT_TOKEN_ENV))
         self.timeout = timeout
-        #: run id -> (at_ms, revision) of its latest transition shown
+        #: run id -> (revision, at_ms) of its latest transition shown
         self._seen: OrderedDict[str, tuple[int, int]] = OrderedDict()
+        self._seen_lock = threading.Lock()  # a sync client may be shared by threads
 
     def saw(self, outcome: object) -> None:
-        """Remember a transition the caller was given, if it is the run's latest yet:
-        the one with the latest broker time (then revision). An older one shown late (a
-        retry's answer) changes nothing; one of a run created anew under a forgotten
-        id replaces the old run's."""
+        """Remember a transition the caller was given, if it is the run's latest yet: a
+        later revision, or the create of a run of that id made anew after the one this
+        reader knew was forgotten. An older one shown late (a retry's answer) changes
+        nothing."""
         if not isinstance(outcome, Transition):
             return
-        shown = (outcome.at_ms, outcome.revision)
-        known = self._seen.get(outcome.run_id)
-        if known is None or shown > known:
-            self._seen[outcome.run_id] = shown
-        self._seen.move_to_end(outcome.run_id)
-        while len(self._seen) > self.SEEN_RUNS:
-            self._seen.popitem(last=False)
+        run_id = outcome.run_id
+        with self._seen_lock:
+            known = self._seen.get(run_id)
+            if (
+                known is None
+                or outcome.revision > known[0]
+                or (outcome.from_state is None and outcome.at_ms > known[1])
+            ):
+                self._seen[run_id] = (outcome.revision, outcome.at_ms)
+            self._seen.move_to_end(run_id)
+            while len(self._seen) > self.SEEN_RUNS:
+                self._seen.popitem(last=False)
 
     def _run_path(self, run_id: str, suffix: str, min_revision: int | None) -> str:
         path = f"/runs/{urllib.parse.quote(run_id, safe='')}{suffix}"
         if min_revision is not None:
             return f"{path}?min_revision={min_revision}"
-        known = self._seen.get(run_id)
+        with self._seen_lock:
+            known = self._seen.get(run_id)
         if known is None:
             return path
-        at_ms, revision = known
+        revision, at_ms = known
         return f"{path}?min_revision={revision}&at_ms={at_ms}"
 
     def _get(self, path: str, timeout: float | None = None) -> Any:

@@ -15,6 +15,7 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import faust
@@ -201,7 +202,10 @@ class FaustNode:
 
 
 def serve_api(app: faust.App, node: FaustNode) -> None:
-    """Every GET path goes to the API, answered in a thread of the loop's executor."""
+    """Every GET path goes to the API, answered in a thread of its own pool: reads may
+    wait (for commits under way, for a revision asked), and the loop's default executor,
+    a few threads, serves the Kafka clients too."""
+    threads = ThreadPoolExecutor(api.MAX_WAITING_READS + 8, thread_name_prefix="runstate-http")
 
     @app.page("/{path:.*}")
     class Api(View):
@@ -210,7 +214,7 @@ def serve_api(app: faust.App, node: FaustNode) -> None:
             loop = node.loop = asyncio.get_running_loop()
             authorization = request.headers.get("Authorization")
             answer = await loop.run_in_executor(
-                None, api.answer, node, url.raw_path, url.raw_query_string, authorization
+                threads, api.answer, node, url.raw_path, url.raw_query_string, authorization
             )
             # aiohttp takes a charset only as a header, not as content_type; a multidict,
             # as a 401 carries two WWW-Authenticate headers

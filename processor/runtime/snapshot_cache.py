@@ -4,7 +4,12 @@ Decoding a snapshot's JSON dominates a lookup, so committed snapshots are kept d
 one takes about 6.5 KB (its JSON about 0.8 KB). The bound is the process's, not each
 store's: a worker given 24 partitions keeps as many as one given 3 (a bound per store
 made its memory grow with every partition it was assigned). The worker's loop and the
-HTTP threads both use it: every call holds the lock."""
+HTTP threads both use it: every call holds the lock.
+
+A snapshot read from a store's database goes in only if that store wrote nothing since
+the read began (`generation`, `put_read`): else an HTTP thread that read a run just
+before a commit wrote it could put the older snapshot back over the newer one, and the
+engine would decide the run's next proposal from it."""
 
 import itertools
 import threading
@@ -24,6 +29,7 @@ class SnapshotCache:
         self._entries: OrderedDict[tuple[int, str], RunSnapshot] = OrderedDict()
         self._lock = threading.Lock()
         self._owners = itertools.count(1)
+        self._generations: dict[int, int] = {}  # owner -> writes so far
 
     def owner(self) -> int:
         """A key space of its own, for one store."""
@@ -36,17 +42,40 @@ class SnapshotCache:
                 self._entries.move_to_end((owner, run_id))
             return found
 
-    def put(self, owner: int, snapshots: Iterable[RunSnapshot]) -> None:
+    def generation(self, owner: int) -> int:
+        """The store's writes so far: take it before reading the database."""
         with self._lock:
+            return self._generations.get(owner, 0)
+
+    def put_read(self, owner: int, snapshot: RunSnapshot, generation: int) -> None:
+        """A snapshot read from the store's database, kept unless the store wrote since
+        `generation` or the run is cached already (what a write put there is newer)."""
+        key = (owner, snapshot.run_id)
+        with self._lock:
+            if self._generations.get(owner, 0) == generation and key not in self._entries:
+                self._entries[key] = snapshot
+                self._trim()
+
+    def put(self, owner: int, snapshots: Iterable[RunSnapshot]) -> None:
+        """What the store just wrote."""
+        with self._lock:
+            self._wrote(owner)
             for snapshot in snapshots:
                 key = (owner, snapshot.run_id)
                 self._entries[key] = snapshot
                 self._entries.move_to_end(key)
-            while len(self._entries) > self.capacity:
-                self._entries.popitem(last=False)
+            self._trim()
+
+    def _trim(self) -> None:
+        while len(self._entries) > self.capacity:
+            self._entries.popitem(last=False)
+
+    def _wrote(self, owner: int) -> None:
+        self._generations[owner] = self._generations.get(owner, 0) + 1
 
     def drop(self, owner: int, run_ids: Iterable[str]) -> None:
         with self._lock:
+            self._wrote(owner)
             if self._entries:
                 for run_id in run_ids:
                     self._entries.pop((owner, run_id), None)
@@ -54,11 +83,13 @@ class SnapshotCache:
     def drop_owner(self, owner: int) -> None:
         """Everything of one store (it closes, or restores over what it had)."""
         with self._lock:
+            self._wrote(owner)
             for key in [k for k in self._entries if k[0] == owner]:
                 del self._entries[key]
 
     def __len__(self) -> int:
-        return len(self._entries)
+        with self._lock:
+            return len(self._entries)
 
     def held(self, owner: int) -> int:
         with self._lock:

@@ -259,11 +259,12 @@ class PartitionStore:
         cached = self._cache.get(self._cached, run_id)
         if cached is not None:
             return cached
+        generation = self._cache.generation(self._cached)  # before the read (see there)
         raw = self._db.get(_run_key(run_id))
         if raw is None:
             return None
         snapshot = RunSnapshot.model_validate_json(raw)
-        self._cache.put(self._cached, (snapshot,))
+        self._cache.put_read(self._cached, snapshot, generation)
         return snapshot
 
     def refusals(self, run_id: str) -> list[Rejection]:
