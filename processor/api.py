@@ -284,8 +284,7 @@ def _inspect(node: Node, run_id: str) -> Answer:
     if not run_id:
         return _html(200, inspector.page("", None, None, [], [], now_ms))
     partition = _partition(node, run_id)
-    owned = node.run(run_id, partition, history=False) is not None
-    if owned and (fenced := _fenced(node)) is not None:  # owned here: read it fresh
+    if partition in node.owned() and (fenced := _fenced(node)) is not None:  # read it fresh
         return fenced
     record = node.run(run_id, partition, history=True)
     if record is None:
@@ -312,13 +311,14 @@ def _run(node: Node, run_id: str, params: dict[str, str], history: bool) -> Answ
         wanted.append(None if value is None else int(value))
     revision, at_ms = wanted
     # Not owned here: said at once (a stuck commit of this worker is not the reader's).
-    record: RunRecord | Answer | None = node.run(run_id, partition, history=False)
-    if record is not None:
+    record: RunRecord | None = None
+    if partition in node.owned():
         if (fenced := _fenced(node)) is not None:
             return fenced
-        record = _caught_up(node, run_id, partition, revision, at_ms)
-    if isinstance(record, Answer):
-        return record
+        found = _caught_up(node, run_id, partition, revision, at_ms)
+        if isinstance(found, Answer):
+            return found
+        record = found
     if record is None:
         return _json(
             421,
@@ -351,10 +351,9 @@ def _caught_up(
     waited for, briefly: a reader told of a transition by another worker (one that owned
     the partition before, or a stale one) asks one that may not have applied it yet."""
     record = node.run(run_id, partition, history=False)
-    if record is None or record.snapshot is None or revision is None:
+    if _settled(record, revision, at_ms):
         return record
-    if _applied(record.snapshot, revision, at_ms):
-        return record
+    assert record is not None and revision is not None
     # Each waiting read holds a server thread for up to CATCH_UP_S: a bounded number do,
     # so revisions asked far ahead (by mistake or not) cannot pile threads up.
     if not _WAITING.acquire(blocking=False):
@@ -364,13 +363,19 @@ def _caught_up(
         while time.monotonic() < deadline:
             time.sleep(CATCH_UP_POLL_S)
             record = node.run(run_id, partition, history=False)
-            if record is None or record.snapshot is None:
+            if _settled(record, revision, at_ms):
                 return record
-            if _applied(record.snapshot, revision, at_ms):
-                return record
+            assert record is not None
         return _behind(run_id, record, revision, f"after {CATCH_UP_S:g} s")
     finally:
         _WAITING.release()
+
+
+def _settled(record: RunRecord | None, revision: int | None, at_ms: int | None) -> bool:
+    """Nothing to wait for: not owned, no such run, no revision asked, or applied."""
+    if record is None or record.snapshot is None or revision is None:
+        return True
+    return _applied(record.snapshot, revision, at_ms)
 
 
 def _behind(run_id: str, record: RunRecord, revision: int, why: str) -> Answer:
