@@ -68,11 +68,15 @@ from schemas.messages import Rejection
 log = logging.getLogger("runstate.worker")
 
 LAG_INTERVAL_S = 1.0
-# Records taken from the consumer per turn of the loop, and how long a turn waits for
-# them (librdkafka waits that long to fill the batch: the wait is part of every
-# proposal's latency when the input trickles).
+# Records taken from the consumer per turn of the loop at most. A turn waits for the
+# first of them only (`_take`): librdkafka's batch call waits its whole timeout to fill
+# the batch, and with a 20 ms wait that was ~20 ms of every answer at a trickle.
 CONSUME_BATCH = 500
+# How long an idle turn waits for a first record (timers and lag are looked at between).
 CONSUME_WAIT_S = 0.02
+# How long a turn waits while a commit travels: its end is seen at the next turn, and the
+# records held for it are produced then (the worker cannot be woken by the commit).
+COMMITTING_WAIT_S = 0.002
 # Proposal bytes librdkafka may prefetch ahead of the loop (its default: 64 MB). Under a
 # backlog it fetched that much, and its fetch thread's malloc arena kept the 64 MB
 # after the backlog was drained (of 114 MB freed but kept by a worker that had taken
@@ -270,7 +274,7 @@ class Worker:
         if self._stale_coordinator and (self.stores.owned() or self._restores):
             self._fresh_producer()
         aborts = self.stats.aborts
-        batch = self.consumer.consume(num_messages=CONSUME_BATCH, timeout=CONSUME_WAIT_S)
+        batch = self._take()
         verified = self.verifier.verify(self.topics.proposals, batch, self.keyring.current())
         for msg in batch:
             err = msg.error()
@@ -306,6 +310,23 @@ class Worker:
             self.producer.poll(0)
             if not batch and not checkpoint.open:  # nothing to do: memory back (heap.py)
                 self.heap.idle(self.stats.proposals + self.stats.restored_records, now)
+
+    def _take(self) -> list[Message]:
+        """The records the consumer has, waiting for the first only as long as the open
+        checkpoint can wait: not at all when it is ready to commit, briefly while the
+        previous one commits (its end is only seen between turns)."""
+        assert self.consumer is not None
+        checkpoint = self.checkpoint
+        if self.committing is not None:
+            wait = COMMITTING_WAIT_S
+        elif checkpoint is not None and checkpoint.open:
+            wait = 0.0
+        else:
+            wait = CONSUME_WAIT_S
+        batch = self.consumer.consume(num_messages=1, timeout=wait)
+        if batch:
+            batch.extend(self.consumer.consume(num_messages=CONSUME_BATCH - 1, timeout=0))
+        return batch
 
     def _measure_lag(self) -> None:
         """Records behind per owned partition: the end of the partition (as of the
