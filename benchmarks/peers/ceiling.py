@@ -4,8 +4,8 @@ The same client settings and checkpoint cadence as the native worker (a transact
 committed as soon as a turn of the loop finds no more input, at the latest per 100 ms or
 1,000 records, offsets sent with it; a turn waits up to 20 ms for its first record, then
 takes what else has come), so what separates the two is the work the worker does per
-proposal. (The worker also decides the next
-batch while a commit travels; a passthrough has nothing to do meanwhile.)"""
+proposal. (The worker also decides the next batch while a commit travels; a passthrough
+has nothing to do meanwhile.)"""
 
 import time
 
