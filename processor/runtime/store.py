@@ -136,6 +136,35 @@ def _committed_by(value: bytes, header: bytes | None = None) -> tuple[int, str]:
     return int(data["revision"]), str(data["proposal_id"])
 
 
+_HISTORY_AT = len(HISTORY_CHANGELOG_PREFIX)
+_LENGTH = struct.Struct(">I").pack
+
+
+def _history_puts(
+    key: bytes, value: bytes | None, header: bytes | None
+) -> tuple[bytes, bytes, bytes] | None:
+    """(history key, proposal key, its revision) of a changelog history record in the
+    common form, a value and a "<revision> <proposal id>" header agreeing with the key,
+    from the record's bytes: no run id decoded and encoded again, no JSON. None for any
+    other record (`_restore_aside` then takes it, and says what is wrong with it)."""
+    if value is None or header is None or not key.startswith(HISTORY_CHANGELOG_PREFIX):
+        return None
+    revision, _, proposal_id = header.partition(b" ")
+    if not (proposal_id and revision.isdigit() and key[-9:-8] == b"\x00"):
+        return None
+    raw = key[_HISTORY_AT:-9]
+    number = int(revision)
+    if not raw or number != struct.unpack(">Q", key[-8:])[0]:
+        return None
+    raw.decode(), proposal_id.decode()  # identifiers are UTF-8: else a ValueError
+    length = _LENGTH(len(raw))
+    return (
+        _HISTORY + length + raw + key[-8:],
+        _PROPOSAL + length + raw + proposal_id,
+        b"%d" % number,
+    )
+
+
 def _run_key(run_id: str) -> bytes:
     return _SNAPSHOT + run_id.encode()
 
@@ -466,8 +495,16 @@ class PartitionStore:
             key, value = record[0], record[1]
             header = record[2] if len(record) > 2 else None
             try:
-                if key[:1] == b"\x00" and self._restore_aside(batch, key, value, header, marks):
-                    continue
+                if key[:1] == b"\x00":
+                    # Half of a restore's records are history: their store keys are put
+                    # together from the record's bytes (see `_history_puts`).
+                    puts = _history_puts(key, value, header)
+                    if puts is not None:
+                        batch.put(puts[0], value)
+                        batch.put(puts[1], puts[2])
+                        continue
+                    if self._restore_aside(batch, key, value, header, marks):
+                        continue
                 run_id = key.decode()
                 if value is None:
                     where_of.pop(run_id, None)

@@ -7,6 +7,8 @@ import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from processor.outputs import (
     FIRED_CHANGELOG_PREFIX,
@@ -257,3 +259,75 @@ def test_one_cache_bounds_every_store_of_the_process(tmp_path: Path) -> None:
     stores[0].close()
     stores[1].close()
     assert len(cache) == 0
+
+
+def _slow_history_puts(key: bytes, value: bytes | None, header: bytes | None) -> object:
+    """What `_restore_aside` writes for a history record: the reference."""
+    from processor.outputs import parse_history_changelog_key
+    from processor.runtime.store import _committed_by, _history_key, _proposal_key
+
+    try:
+        run_id, revision = parse_history_changelog_key(key)
+        if value is None:
+            return "delete"
+        committed, proposal_id = _committed_by(value, header)
+        if committed != revision:
+            return "unreadable"
+        return (
+            _history_key(run_id, revision),
+            _proposal_key(run_id, proposal_id),
+            str(revision).encode(),
+        )
+    except (ValueError, KeyError, TypeError):
+        return "unreadable"
+
+
+_HISTORY_BYTES = st.binary(max_size=12) | st.sampled_from(
+    [b"", b"\x00", b"\xff\xfe", b"r-1", "é".encode(), b"\xed\xa0\x80"]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    run=_HISTORY_BYTES,
+    revision=st.integers(0, 2**64 - 1) | st.sampled_from([0, 1, 7, 10]),
+    said=st.sampled_from(["same", "other", "text"]) | st.none(),
+    spelled=st.sampled_from([b"%d", b"0%d", b"+%d", b" %d", b"%d_0", b"\xd9\xa3"]),
+    proposal=_HISTORY_BYTES,
+    cut=st.integers(0, 12),
+)
+def test_history_fast_path_writes_what_the_checked_path_writes(
+    run: bytes,
+    revision: int,
+    said: str | None,
+    spelled: bytes,
+    proposal: bytes,
+    cut: int,
+) -> None:
+    """Restore builds a history record's store keys from its bytes; for any key and
+    header, hostile ones included, it writes what the decoding path writes, or leaves
+    the record to that path."""
+    import struct
+
+    from processor.runtime.store import _history_puts
+
+    key = HISTORY_CHANGELOG_PREFIX + run + b"\x00" + struct.pack(">Q", revision)
+    key = key[: len(key) - cut] if cut > 8 else key
+    number = revision if said in (None, "same") else revision + 1
+    header = None if said is None else (spelled % number if b"%d" in spelled else spelled)
+    if said == "text":
+        header = b"seven"
+    header = None if header is None else header + b" " + proposal
+    value = b'{"revision": %d, "proposal_id": "p"}' % revision
+    try:
+        fast: object = _history_puts(key, value, header)
+    except ValueError:  # restore counts the record unreadable
+        fast = "unreadable"
+    if fast is not None:
+        assert fast == _slow_history_puts(key, value, header)
+    if said == "same" and spelled == b"%d" and cut == 0 and run and proposal:
+        try:
+            run.decode(), proposal.decode()
+        except UnicodeDecodeError:
+            return
+        assert fast is not None  # the common record takes the fast path
