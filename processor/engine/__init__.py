@@ -10,7 +10,7 @@ from processor.engine.decide import (
     transition_id,
 )
 from processor.engine.lint import CREATE_EVENT, STEP_EVENTS, LintIssue, lint
-from processor.engine.machine import Machine, MachineInvalid, compile_machine
+from processor.engine.machine import Machine, MachineInvalid, compile_machine, is_finished
 from processor.engine.scope import Scope
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "alive_at",
     "compile_machine",
     "decide",
+    "is_finished",
     "lint",
     "transition_id",
 ]

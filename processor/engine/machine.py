@@ -131,6 +131,15 @@ def machine_for(machines: Mapping[str, Machine], name: str, version: str | None)
     return None
 
 
+def is_finished(
+    machines: Mapping[str, Machine], machine: str, version: str | None, state: str
+) -> bool:
+    """Whether a run of `machine` (pinned to `version`) in `state` has finished: the state
+    is terminal in the machine that decides it. False when that machine is not held."""
+    decides = machine_for(machines, machine, version)
+    return decides is not None and state in decides.terminal
+
+
 def _edge(t: TransitionSpec) -> Edge:
     return Edge(t.source, t.event, t.target, frozenset(t.reasons), tuple(t.guards), t.stop_reason)
 

@@ -1,4 +1,5 @@
 """Decoded snapshots of the runs used lately, for every partition store of a process.
+The stores a worker opens keep finished runs (in a terminal state) out of it.
 
 Decoding a snapshot's JSON dominates a lookup, so committed snapshots are kept decoded;
 one takes about 6.5 KB (its JSON about 0.8 KB). The bound is the process's, not each

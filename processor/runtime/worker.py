@@ -38,7 +38,7 @@ from confluent_kafka.admin import AdminClient
 from processor import identity
 from processor.cluster import client_id
 from processor.config import WorkerConfig
-from processor.engine import Beat, Commit, Forget
+from processor.engine import Beat, Commit, Forget, is_finished
 from processor.errors import ClientBroken, WorkerError
 from processor.intake import Headers, Verified
 from processor.keyring import KeyringWatch
@@ -63,7 +63,7 @@ from processor.runtime.statedir import StateDir, StateDirBusy
 from processor.runtime.store import PartitionStore, PartitionTransaction
 from processor.runtime.stores import StoreRegistry
 from processor.runtime.verifier import BatchVerifier
-from schemas.messages import Rejection
+from schemas.messages import Rejection, RunSnapshot
 
 log = logging.getLogger("runstate.worker")
 
@@ -220,6 +220,12 @@ class Worker:
         )
         producer.init()
         return producer
+
+    def _finished(self, snapshot: RunSnapshot) -> bool:
+        """Whether a run has finished (its stores keep finished runs out of the cache)."""
+        return is_finished(
+            self.config.machines, snapshot.machine, snapshot.machine_version, snapshot.state
+        )
 
     def _new_checkpoint(self, after: Checkpoint | None = None) -> Checkpoint:
         assert self.producer is not None
@@ -631,7 +637,10 @@ class Worker:
         else:
             consumer.incremental_assign(partitions)
         consumer.pause(partitions)
-        new = {p: PartitionStore(self.state_dir.partition(p)) for p in assigned}
+        new = {
+            p: PartitionStore(self.state_dir.partition(p), finished=self._finished)
+            for p in assigned
+        }
         self._restores.append(RestoreJob(self.config.kafka, self.topics, new))
         self.assigned = True  # after the job is listed: /readyz must not see a gap
         self.metrics.restoring.set(1)

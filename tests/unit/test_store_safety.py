@@ -331,3 +331,52 @@ def test_history_fast_path_writes_what_the_checked_path_writes(
         except UnicodeDecodeError:
             return
         assert fast is not None  # the common record takes the fast path
+
+
+def test_finished_runs_stay_out_of_the_cache_and_read_back_from_the_store(
+    tmp_path: Path,
+) -> None:
+    """A store given `finished` caches unfinished runs only: a run that finishes drops
+    its cached unfinished snapshot (so nothing stale is served), and reads of finished
+    runs come from the database every time, current."""
+    from processor.engine import is_finished
+    from processor.machines import builtin_machines
+
+    machines = builtin_machines()
+    cache = SnapshotCache(100)
+    store = PartitionStore(
+        tmp_path / "p0",
+        cache,
+        finished=lambda s: is_finished(machines, s.machine, s.machine_version, s.state),
+    )
+    runs = {f"r{i}": Driver(run_id=f"r{i}") for i in range(6)}
+    txn = store.begin()
+    for run in runs.values():
+        txn.stage(run.create("run_state"))
+        txn.stage(run.commit("start"))
+    txn.flush({"changelog": 1})
+    assert len(cache) == 6  # all running: all cached
+    txn = store.begin()
+    for name in ("r0", "r1", "r2"):
+        txn.stage(runs[name].commit("complete"))
+    txn.flush({"changelog": 2})
+    assert len(cache) == 3
+    for name, run in runs.items():
+        assert store.committed_snapshot(name) == run.snapshot
+        assert store.committed_snapshot(name) == run.snapshot  # a read caches no finished run
+    assert len(cache) == 3
+    assert {s.state for s in map(store.committed_snapshot, runs)} == {"completed", "running"}
+    store.close()
+
+
+def test_is_finished_follows_the_machine_that_decides_the_run() -> None:
+    from processor.engine import is_finished
+    from processor.machines import builtin_machines
+
+    machines = builtin_machines()
+    assert is_finished(machines, "run_state", None, "completed")
+    assert not is_finished(machines, "run_state", None, "running")
+    assert not is_finished(machines, "no_such_machine", None, "completed")
+    version = machines["run_state"].version
+    assert is_finished(machines, "run_state", version, "timeout")
+    assert not is_finished(machines, "run_state", "not-held", "completed")
