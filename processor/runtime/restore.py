@@ -26,6 +26,7 @@ from confluent_kafka import (
 from processor.config import KafkaSettings
 from processor.outputs import INDEX_HEADER, REVISION_HEADER, Headers
 from processor.readback import watermarks
+from processor.runtime.heap import give_back
 from processor.runtime.store import ChangelogRecord, PartitionStore
 from processor.topics import TopicNames
 
@@ -190,6 +191,8 @@ class RestoreJob:
                 store.state_counts()  # counted here, not in the first scrape
         except BaseException as exc:  # handed to the loop, which raises it
             self.error = exc
+        finally:
+            give_back()  # the consumer's prefetched changelog, freed (heap.py)
 
     @property
     def done(self) -> bool:

@@ -292,3 +292,29 @@ def test_malloc_trim_is_glibcs_on_linux() -> None:
     if sys.platform == "linux" and platform.libc_ver()[0] == "glibc":
         assert trim is not None and trim(0) in (0, 1)
     IdleTrim(trim=None).idle(1, now=0.0)  # found or not, an idle turn never fails
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_restore_gives_memory_back_when_it_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fails: bool
+) -> None:
+    """A restore's consumer prefetches up to 256 MB; its thread trims the heap once it
+    is done, failed or not (a worker under steady input is never idle to do it)."""
+    from processor.config import KafkaSettings
+    from processor.runtime import restore as restore_module
+    from processor.topics import TopicNames
+
+    calls: list[str] = []
+
+    def restored(*args: object, **kwargs: object) -> int:
+        calls.append("restore")
+        if fails:
+            raise RuntimeError("the broker went away")
+        return 7
+
+    monkeypatch.setattr(restore_module, "restore_partitions", restored)
+    monkeypatch.setattr(restore_module, "give_back", lambda: calls.append("give back"))
+    job = restore_module.RestoreJob(KafkaSettings("127.0.0.1:1"), TopicNames.with_prefix("t."), {})
+    job._thread.join(10)
+    assert job.done and calls == ["restore", "give back"]
+    assert (job.error is not None) == fails and job.applied == (0 if fails else 7)
