@@ -1,5 +1,6 @@
 """`runstate worker` as a child process: how the demo (and the tests) run workers."""
 
+import http.client
 import json
 import os
 import signal
@@ -73,7 +74,9 @@ class WorkerProcess:
             with urllib.request.urlopen(self._request("/health"), timeout=2) as response:
                 data: dict[str, Any] = json.loads(response.read())
                 return data
-        except (OSError, ValueError):
+        # A worker killed mid-answer cuts its response short: IncompleteRead, an
+        # HTTPException (a soak's reader thread died of one).
+        except (OSError, ValueError, http.client.HTTPException):
             return None
 
     def wait_ready(self, partitions: int | None = None, timeout: float = 90.0) -> None:

@@ -9,11 +9,11 @@ readers' errors; as a table and a plot.
 Memory is judged per worker process: a killed worker starts again with a fresh heap, so
 "flat" means each life's RSS after its warm-up grows by less than RSS_GROWTH_LIMIT."""
 
+import http.client
 import json
 import random
 import threading
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -195,11 +195,8 @@ class Readers(threading.Thread):
     def _owner(self, run_id: str) -> WorkerProcess | None:
         partition = partition_for(run_id, PARTITIONS)
         for worker in self.workers.live():
-            try:
-                if partition in (worker.health() or {}).get("partitions", []):
-                    return worker
-            except (urllib.error.URLError, OSError):
-                continue
+            if partition in (worker.health() or {}).get("partitions", []):
+                return worker
         return None
 
     def run(self) -> None:
@@ -215,7 +212,7 @@ class Readers(threading.Thread):
                 continue
             try:
                 worker.get(worker.run_path(run_id))
-            except (urllib.error.URLError, OSError, ValueError):
+            except (OSError, ValueError, http.client.HTTPException):  # killed mid-answer
                 self.errors += 1
             time.sleep(0.02)
 
@@ -322,7 +319,7 @@ def soak(
                         life.rss.append((now, mb))
                         try:
                             rocksdb = sum(store_memory_mb(worker.url, worker.headers).values())
-                        except (urllib.error.URLError, OSError, ValueError):
+                        except (OSError, ValueError, http.client.HTTPException):
                             continue  # starting, or just killed: no split this time
                         life.heap.append((now, mb - rocksdb))
                 samples.append(
