@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from processor.engine import Beat, Commit, Forget, Machine, decide
 from processor.intake import (
     DEFAULT_MAX_PROPOSAL_BYTES,
+    Credential,
     Headers,
     Undecodable,
     Unproven,
@@ -51,6 +52,15 @@ class Placement:
     partitions: int
 
 
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """A record that is a proposal, keyed and placed as its run requires, from the
+    principal its signature proves: what `decide_admitted` decides."""
+
+    proposal: Proposal
+    credential: Credential
+
+
 def decide_record(
     key: bytes | None,
     value: bytes | None,
@@ -67,7 +77,8 @@ def decide_record(
     max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
     verified: Verified | None = None,
 ) -> Outcome:
-    """The outcome of one record of the proposals topic.
+    """The outcome of one record of the proposals topic: `admit_record`, then
+    `decide_admitted`.
 
     `timestamp_ms` is the record's broker timestamp and `topic` the topic it was read
     from (the signature covers it); `lookup` gives a run's current
@@ -79,6 +90,48 @@ def decide_record(
     either would be over `max_state_bytes`. `verified`: Ed25519 verifications the
     runtime made beforehand (`intake.ed25519_claim`); the outcome is the same without.
     """
+    admitted = admit_record(
+        key,
+        value,
+        headers,
+        timestamp_ms,
+        topic=topic,
+        keyring=keyring,
+        placement=placement,
+        max_bytes=max_bytes,
+        verified=verified,
+    )
+    if not isinstance(admitted, Admitted):
+        return admitted
+    return decide_admitted(
+        admitted,
+        timestamp_ms,
+        machines=machines,
+        lookup=lookup,
+        seen=seen,
+        max_state_bytes=max_state_bytes,
+    )
+
+
+def admit_record(
+    key: bytes | None,
+    value: bytes | None,
+    headers: Headers,
+    timestamp_ms: int,
+    *,
+    topic: str,
+    keyring: Keyring,
+    placement: Placement | None,
+    max_bytes: int = DEFAULT_MAX_PROPOSAL_BYTES,
+    verified: Verified | None = None,
+) -> Admitted | Rejection | DeadLetterReason:
+    """What a record is before any run's state is read: a proposal admitted to be
+    decided, or its outcome already (not a proposal: the DLQ; a proposal with a wrong
+    key, in the wrong partition, or not proven: a rejection). It depends on the record
+    and the keyring alone, so a runtime may admit a whole batch before deciding it: the
+    decoder's and the verifier's code then stay hot in the CPU's caches (on the 2-core
+    benchmark machine, 20 % more signed records a second through these two functions
+    than admitting and deciding each in turn; a native drain, +7 %, inside its noise)."""
     decoded = decode_proposal(value, timestamp_ms, max_bytes)
     if isinstance(decoded, Undecodable):
         return DeadLetterReason(decoded.reason)
@@ -116,6 +169,21 @@ def decide_record(
     credential = authenticate(topic, key, value or b"", headers, keyring, timestamp_ms, verified)
     if isinstance(credential, Unproven):
         return reject_unproven(proposal, credential, timestamp_ms)
+    return Admitted(proposal, credential)
+
+
+def decide_admitted(
+    admitted: Admitted,
+    timestamp_ms: int,
+    *,
+    machines: Mapping[str, Machine],
+    lookup: Callable[[str], RunSnapshot | None],
+    seen: Seen,
+    max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
+) -> Outcome:
+    """An admitted proposal decided against its run's current state (see
+    `decide_record`)."""
+    proposal, credential = admitted.proposal, admitted.credential
     run_id = proposal.run_id
     current = lookup(run_id)
     decision = decide(

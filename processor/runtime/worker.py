@@ -10,7 +10,8 @@ The loop and the rebalance wiring; each job is a part of its own:
 - `Quarantine` (poison.py): records whose outcome the broker keeps refusing;
 - `check_topics` (preflight.py): the topics fit the worker, and what records they take;
 - `WorkerQueries` (queries.py): what the HTTP API (processor/api.py) asks of it;
-- `decide_record` (pipeline.py): the decision, pure.
+- `admit_record`, `decide_admitted` (pipeline.py): the decision, pure, in two steps: a
+  turn admits its whole batch first, then decides it record by record.
 When the input has nothing more for now, and at the latest every 100 ms (or N
 records), the open checkpoint commits; on any failure it is
 aborted, and the consumer rewound to the committed offsets: nothing is half-applied.
@@ -40,7 +41,7 @@ from processor.cluster import client_id
 from processor.config import WorkerConfig
 from processor.engine import Beat, Commit, Forget, is_finished
 from processor.errors import ClientBroken, WorkerError
-from processor.intake import Headers, Verified
+from processor.intake import Verified
 from processor.keyring import KeyringWatch
 from processor.metrics import WorkerMetrics
 from processor.outputs import (
@@ -50,7 +51,14 @@ from processor.outputs import (
     dead_letter_record,
     outcome_records,
 )
-from processor.pipeline import DeadLetterReason, Outcome, Placement, decide_record
+from processor.pipeline import (
+    Admitted,
+    DeadLetterReason,
+    Outcome,
+    Placement,
+    admit_record,
+    decide_admitted,
+)
 from processor.punctuator import Punctuator, timer_key
 from processor.read_fence import ReadFence
 from processor.runtime.checkpoint import Checkpoint
@@ -84,6 +92,15 @@ COMMITTING_WAIT_S = 0.002
 CONSUME_QUEUE_KBYTES = 8 * 1024
 # For the DLQ record of a record whose outcome the broker refused: a few KB of its bytes.
 SMALL = RecordLimits(default=8 * 1024)
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """A record's admission (`admit_record`: a proposal to decide, or its outcome
+    already) and the time it took, which the decision's histogram counts in."""
+
+    admitted: Admitted | Outcome
+    seconds: float
 
 
 @dataclass
@@ -282,14 +299,16 @@ class Worker:
         aborts = self.stats.aborts
         batch = self._take()
         verified = self.verifier.verify(self.topics.proposals, batch, self.keyring.current())
-        for msg in batch:
+        admissions = self._admit(batch, verified)
+        for msg, admission in zip(batch, admissions, strict=True):
             err = msg.error()
             if err is not None:
                 if err.fatal():
                     raise WorkerError(f"the consumer failed: {err}")
                 log.warning("consumer: %s", err)
                 continue
-            self._process(msg, verified)
+            assert admission is not None
+            self._process(msg, admission)
             if self.stats.aborts != aborts:
                 return  # rewound to the committed offsets: the rest comes again
         now = time.monotonic()
@@ -374,7 +393,41 @@ class Worker:
         log.info("worker %s stopped", self.worker_id)
 
     # -- processing ------------------------------------------------------------
-    def _process(self, msg: Message, verified: Verified) -> None:
+    def _admit(self, batch: list[Message], verified: Verified) -> list[Admission | None]:
+        """Every record of the batch admitted, or refused, before any is decided: one
+        pass of the decoder and the verifier over the batch, then one of the engine
+        (`admit_record` says why). None for a consumer error."""
+        keyring = self.keyring.current()
+        partitions = self.partitions
+        max_bytes = self.config.max_proposal_bytes
+        admissions: list[Admission | None] = []
+        clock = time.perf_counter
+        for msg in batch:
+            if msg.error() is not None:
+                admissions.append(None)
+                continue
+            began = clock()
+            try:
+                admitted: Admitted | Outcome = admit_record(
+                    msg.key(),
+                    msg.value(),
+                    msg.headers(),
+                    msg.timestamp()[1],
+                    topic=msg.topic() or "",
+                    keyring=keyring,
+                    placement=Placement(msg.partition() or 0, partitions),
+                    max_bytes=max_bytes,
+                    verified=verified,
+                )
+            except Exception as exc:  # a bug must not turn one record into a stalled partition
+                log.exception(
+                    "admitting %s[%s]@%s failed", msg.topic(), msg.partition(), msg.offset()
+                )
+                admitted = DeadLetterReason(f"internal error while deciding: {exc!r}")
+            admissions.append(Admission(admitted, clock() - began))
+        return admissions
+
+    def _process(self, msg: Message, admission: Admission) -> None:
         partition = msg.partition() or 0
         checkpoint = self.checkpoint
         assert checkpoint is not None
@@ -393,8 +446,8 @@ class Worker:
         _, timestamp = msg.timestamp()
         source = Source(msg.topic() or "", partition, offset, msg.key(), msg.value(), timestamp)
         began = time.perf_counter()
-        outcome = self._decide(store, source, msg.headers(), verified)
-        self.metrics.decision.observe(time.perf_counter() - began)
+        outcome = self._decide(store, source, admission.admitted)
+        self.metrics.decision.observe(admission.seconds + time.perf_counter() - began)
         # A poisoned record's DLQ record stays small: it must fit whatever the broker takes.
         limits = self.limits if self.quarantine.poisoned(partition, offset) is None else SMALL
         try:
@@ -436,7 +489,7 @@ class Worker:
             self._commit()
 
     def _decide(
-        self, store: PartitionTransaction, source: Source, headers: Headers, verified: Verified
+        self, store: PartitionTransaction, source: Source, admitted: Admitted | Outcome
     ) -> Outcome:
         poisoned = self.quarantine.poisoned(source.partition, source.offset)
         if poisoned is not None:
@@ -444,21 +497,16 @@ class Worker:
                 f"the broker refused this record's outcome {self.quarantine.attempts} times "
                 f"({poisoned}); set aside so that the partition goes on"
             )
+        if not isinstance(admitted, Admitted):
+            return admitted
         try:
-            return decide_record(
-                source.key,
-                source.value,
-                headers,
+            return decide_admitted(
+                admitted,
                 source.timestamp_ms,
-                topic=source.topic,
-                keyring=self.keyring.current(),
                 machines=self.config.machines,
                 lookup=store.snapshot,
                 seen=store.seen,
-                placement=Placement(source.partition, self.partitions),
-                max_bytes=self.config.max_proposal_bytes,
                 max_state_bytes=self.config.max_state_bytes,
-                verified=verified,
             )
         except Exception as exc:  # a bug must not turn one record into a stalled partition
             log.exception(

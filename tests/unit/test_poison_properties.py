@@ -38,7 +38,16 @@ from processor.outputs import (
     outcome_records,
 )
 from processor.partitioning import partition_for
-from processor.pipeline import DeadLetterReason, Outcome, Placement, Seen, decide_record
+from processor.pipeline import (
+    Admitted,
+    DeadLetterReason,
+    Outcome,
+    Placement,
+    Seen,
+    admit_record,
+    decide_admitted,
+    decide_record,
+)
 from processor.punctuator import NOT_FIRED, Fired
 from processor.runtime.restore import index_header
 from processor.runtime.store import (
@@ -537,6 +546,7 @@ def test_no_record_stops_the_pipeline(data: st.DataObject) -> None:
     snapshots: dict[str, RunSnapshot] = {}
     partitions = data.draw(st.sampled_from([1, 2, 3, 7]), label="partitions")
     at_ms = NOW
+    decided: list[tuple[tuple[Any, ...], Placement, Outcome]] = []
     for seq in range(data.draw(st.integers(1, 40), label="records")):
         run_id = main
         if others and data.draw(st.integers(0, 2)) == 0:
@@ -568,6 +578,40 @@ def test_no_record_stops_the_pipeline(data: st.DataObject) -> None:
             assert outcome.snapshot.revision == (0 if before is None else before.revision + 1)
         if isinstance(outcome, Commit | Beat):
             snapshots[outcome.snapshot.run_id] = outcome.snapshot
+        decided.append((args, placed, outcome))
+    # The native worker admits a whole batch before it decides any of it: admission
+    # reads no state, so the outcomes are the same, record for record.
+    admitted = [
+        admit_record(
+            key,
+            value,
+            headers,
+            at,
+            topic=SOURCE_TOPIC,
+            keyring=KEYRING,
+            placement=placed,
+            max_bytes=max_bytes,
+        )
+        for (key, value, headers, at, *_), placed, _ in decided
+    ]
+    runs: dict[str, RunSnapshot] = {}
+    for admission, ((*_, at, _lookup, _max, max_state), _placed, outcome) in zip(
+        admitted, decided, strict=True
+    ):
+        if isinstance(admission, Admitted):
+            again = decide_admitted(
+                admission,
+                at,
+                machines=MACHINES,
+                lookup=runs.get,
+                seen=lambda _run, _proposal: None,
+                max_state_bytes=max_state,
+            )
+        else:
+            again = admission
+        assert again == outcome
+        if isinstance(again, Commit | Beat):
+            runs[again.snapshot.run_id] = again.snapshot
 
 
 def test_known_poison_records_end_as_outcomes() -> None:
