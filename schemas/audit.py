@@ -107,9 +107,8 @@ def transition_hash(fields: dict[str, Any]) -> str:
     the check for floats and astral keys walks those two alone (walking all the
     hashed values was a fifth of a commit's decision)."""
     values = canonical_values(fields)
-    if _plain(fields["payload"]) and _plain(fields["metadata"]):
-        return hashlib.sha256(_exact(values)).hexdigest()
-    return hashlib.sha256(rfc8785.dumps(values)).hexdigest()
+    plain = _plain(fields["payload"]) and _plain(fields["metadata"])
+    return hashlib.sha256(_exact(values) if plain else rfc8785.dumps(values)).hexdigest()
 
 
 def canonical_values(fields: dict[str, Any]) -> list[Any]:

@@ -143,11 +143,12 @@ _LENGTH = struct.Struct(">I").pack
 def _history_puts(
     key: bytes, value: bytes | None, header: bytes | None
 ) -> tuple[bytes, bytes, bytes] | None:
-    """(history key, proposal key, its revision) of a changelog history record in the
-    common form, a value and a "<revision> <proposal id>" header agreeing with the key,
-    from the record's bytes: no run id decoded and encoded again, no JSON. None for any
-    other record (`_restore_aside` then takes it, and says what is wrong with it)."""
-    if value is None or header is None or not key.startswith(HISTORY_CHANGELOG_PREFIX):
+    """(history key, proposal key, its revision) of a changelog history record (`key`
+    has HISTORY_CHANGELOG_PREFIX) in the common form, a value and a "<revision>
+    <proposal id>" header agreeing with the key, from the record's bytes: no run id
+    decoded and encoded again, no JSON. None for any other (`_restore_aside`'s checked
+    path then takes it, and says what is wrong with it)."""
+    if value is None or header is None:
         return None
     revision, _, proposal_id = header.partition(b" ")
     if not (proposal_id and revision.isdigit() and key[-9:-8] == b"\x00"):
@@ -513,16 +514,8 @@ class PartitionStore:
             key, value = record[0], record[1]
             header = record[2] if len(record) > 2 else None
             try:
-                if key[:1] == b"\x00":
-                    # Half of a restore's records are history: their store keys are put
-                    # together from the record's bytes (see `_history_puts`).
-                    puts = _history_puts(key, value, header)
-                    if puts is not None:
-                        batch.put(puts[0], value)
-                        batch.put(puts[1], puts[2])
-                        continue
-                    if self._restore_aside(batch, key, value, header, marks):
-                        continue
+                if key[:1] == b"\x00" and self._restore_aside(batch, key, value, header, marks):
+                    continue
                 run_id = key.decode()
                 if value is None:
                     where_of.pop(run_id, None)
@@ -574,6 +567,13 @@ class PartitionStore:
     ) -> bool:
         """A history record or fired marks restored; False for any other key."""
         if key.startswith(HISTORY_CHANGELOG_PREFIX):
+            # Half of a restore's records are history: in the common form their store
+            # keys are put together from the record's bytes (see `_history_puts`).
+            puts = _history_puts(key, value, header)
+            if puts is not None:
+                batch.put(puts[0], value)
+                batch.put(puts[1], puts[2])
+                return True
             run_id, revision = parse_history_changelog_key(key)
             if value is None:
                 batch.delete(_history_key(run_id, revision))

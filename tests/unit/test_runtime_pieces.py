@@ -296,7 +296,7 @@ def test_malloc_trim_is_glibcs_on_linux() -> None:
 
 @pytest.mark.parametrize("fails", [False, True])
 def test_a_restore_gives_memory_back_when_it_ends(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fails: bool
+    monkeypatch: pytest.MonkeyPatch, fails: bool
 ) -> None:
     """A restore's consumer prefetches up to 256 MB; its thread trims the heap once it
     is done, failed or not (a worker under steady input is never idle to do it)."""
