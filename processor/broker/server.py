@@ -210,10 +210,14 @@ def wait_started(
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether the server started as `pid` still runs. A server leads its own process
+    group (`spawn`), so it is asked of the group: once the server is gone the system
+    may give its pid to any other process, which must never count as the server (nor
+    be signalled as it: see `signal_group`)."""
     if pid <= 0:  # never started (0 would name our own process group)
         return False
     try:
-        os.kill(pid, 0)
+        os.killpg(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
@@ -227,13 +231,13 @@ def pid_alive(pid: int) -> bool:
 
 
 def signal_group(pid: int, sig: int) -> None:
+    """`sig` to the process group the server started as `pid` leads, if it still exists.
+    Never to the bare pid: with the group gone, that pid may be another process's (a
+    stop after the server had died sent SIGTERM to whatever had the pid since)."""
     if pid <= 0:  # never started: killpg(0) would signal our own process group
         return
-    try:
+    with suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)  # the server leads its own process group
-    except (ProcessLookupError, PermissionError):
-        with suppress(ProcessLookupError):
-            os.kill(pid, sig)
 
 
 def reap(pid: int) -> None:

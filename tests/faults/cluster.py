@@ -1,6 +1,5 @@
 """Several worker processes of one group, and a paced feeder, for the fault scenarios."""
 
-import os
 import random
 import signal
 import subprocess
@@ -57,7 +56,7 @@ class Cluster:
         try:
             code = worker.terminate()
         except subprocess.TimeoutExpired:
-            os.kill(worker.proc.pid, signal.SIGUSR1)  # its threads' stacks, into its log
+            worker.proc.send_signal(signal.SIGUSR1)  # its threads' stacks, into its log
             time.sleep(1.0)
             worker.kill()
             self.crashes.append(f"slot {slot} did not stop within 60 s of SIGTERM:\n{_why(worker)}")
@@ -66,10 +65,10 @@ class Cluster:
             self.crashes.append(f"slot {slot} exited {code} on SIGTERM:\n{_why(worker)}")
 
     def pause(self, slot: int) -> None:
-        os.kill(self.workers[slot].proc.pid, signal.SIGSTOP)
+        self.workers[slot].proc.send_signal(signal.SIGSTOP)
 
     def resume(self, slot: int) -> None:
-        os.kill(self.workers[slot].proc.pid, signal.SIGCONT)
+        self.workers[slot].proc.send_signal(signal.SIGCONT)
 
     def transactional_id(self, slot: int) -> str:
         """The slot's worker's transactional.id (group id and the worker id it keeps in

@@ -165,3 +165,31 @@ def test_a_node_never_started_is_not_signalled() -> None:
     assert not pid_alive(0)
     signal_group(0, 9)
     kill_process(0)
+
+
+def test_a_pid_that_is_no_longer_the_servers_is_never_signalled() -> None:
+    """A server leads its own process group. Once it is gone, its pid may belong to any
+    process: one that leads no group of that id is not the server, is not alive for a
+    stop, and gets no signal (a stop after a crash once sent SIGTERM to a test runner
+    that had the pid since)."""
+    import signal
+    import subprocess
+    import sys
+
+    from processor.broker.server import pid_alive, signal_group, stop_process
+
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+    stranger = subprocess.Popen(sleep)  # in this test run's process group
+    server = subprocess.Popen(sleep, start_new_session=True)
+    try:
+        assert not pid_alive(stranger.pid)
+        signal_group(stranger.pid, signal.SIGTERM)
+        stop_process(stranger.pid, timeout=1)
+        assert stranger.poll() is None  # untouched
+        assert pid_alive(server.pid)
+        stop_process(server.pid, timeout=10)  # SIGTERM; returns once it is gone
+        assert not pid_alive(server.pid)
+    finally:
+        for process in (stranger, server):
+            process.kill()
+            process.wait()
