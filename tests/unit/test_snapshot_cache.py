@@ -1,0 +1,120 @@
+"""The process's snapshot cache keeps decoded snapshots small: cached snapshots of the
+same fields share one set of field names, and nothing a reader can see changes."""
+
+import random
+import tracemalloc
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from processor.runtime.snapshot_cache import SnapshotCache
+from schemas.messages import RunSnapshot
+from tests.unit.driver import APPROVER, MODEL, RUNTIME, TOOL, Driver
+
+pytestmark = pytest.mark.unit
+
+_PRINCIPALS = [RUNTIME, TOOL, MODEL, APPROVER]
+
+
+def _snapshots(seed: int, runs: int) -> list[RunSnapshot]:
+    """Runs of the built-in machines driven by random legal and illegal events: the
+    snapshots their last commits left, as a worker's loop and its reads hold them."""
+    rng = random.Random(seed)
+    found = []
+    for r in range(runs):
+        driver = Driver(run_id=f"run-{seed}-{r}")
+        machine = rng.choice(sorted(driver.machines))
+        driver.propose("create", payload={"machine": machine})
+        spec = driver.machines[machine]
+        events = sorted(spec.events)
+        for _ in range(rng.randint(0, 8)):
+            event = rng.choice(events)
+            driver.propose(
+                event,
+                rng.choice(_PRINCIPALS),
+                reason=rng.choice([None, "because"]),
+                payload=rng.choice([{}, {"step": "charge"}, {"fact": "build=green"}]),
+            )
+        if driver.snapshot is not None:
+            found.append(driver.snapshot)
+    return found
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), read_back=st.booleans())
+def test_a_cached_snapshot_reads_as_it_was_put(seed: int, read_back: bool) -> None:
+    cache = SnapshotCache(1_000)
+    owner = cache.owner()
+    originals = _snapshots(seed, 12)
+    put = [
+        RunSnapshot.model_validate_json(s.model_dump_json()) if read_back else s for s in originals
+    ]
+    expected = [(s.model_dump(), set(s.model_fields_set)) for s in put]
+    for i, snapshot in enumerate(put):
+        if i % 2:
+            cache.put(owner, [snapshot])
+        else:
+            cache.put_read(owner, snapshot, cache.generation(owner))
+    for snapshot, (dump, fields) in zip(put, expected, strict=True):
+        cached = cache.get(owner, snapshot.run_id)
+        assert cached is not None
+        assert cached.model_dump() == dump
+        assert cached.model_fields_set == fields
+        assert cached.model_dump_json(exclude_unset=True) == snapshot.model_dump_json(
+            exclude_unset=True
+        )
+    # Equal sets are one object...
+    by_fields: dict[frozenset[str], int] = {}
+    for snapshot in put:
+        cached = cache.get(owner, snapshot.run_id)
+        assert cached is not None
+        key = frozenset(cached.model_fields_set)
+        assert by_fields.setdefault(key, id(cached.__pydantic_fields_set__)) == id(
+            cached.__pydantic_fields_set__
+        )
+    # ...and a copy changed from one leaves every other's as it was.
+    first = cache.get(owner, put[0].run_id)
+    assert first is not None
+    changed = first.model_copy(update={"last_reason": "changed"})
+    assert "last_reason" in changed.model_fields_set
+    for snapshot, (_, fields) in zip(put, expected, strict=True):
+        cached = cache.get(owner, snapshot.run_id)
+        assert cached is not None and cached.model_fields_set == fields
+
+
+def test_a_frozen_snapshot_refuses_an_assignment_before_it_touches_the_shared_set() -> None:
+    cache = SnapshotCache(10)
+    owner = cache.owner()
+    a, b = (RunSnapshot.model_validate_json(s.model_dump_json()) for s in _snapshots(3, 2))
+    cache.put(owner, [a, b])
+    fields = set(a.model_fields_set)
+    with pytest.raises(ValueError, match="frozen"):
+        a.state = "somewhere"
+    assert b.model_fields_set == fields == a.model_fields_set
+
+
+def test_a_cached_snapshot_read_back_takes_under_two_thirds_of_its_own_memory() -> None:
+    """What the sharing is for: measured against the same snapshots decoded and held
+    without the cache, in the same process."""
+    raws = [s.model_dump_json() for s in _snapshots(11, 200)]
+
+    def held(cached: bool) -> float:
+        cache = SnapshotCache(10_000)
+        owner = cache.owner()
+        kept: list[RunSnapshot] = []
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            for raw in raws:
+                snapshot = RunSnapshot.model_validate_json(raw)
+                if cached:
+                    cache.put_read(owner, snapshot, cache.generation(owner))
+                else:
+                    kept.append(snapshot)
+            return (tracemalloc.get_traced_memory()[0] - before) / len(raws)
+        finally:
+            tracemalloc.stop()
+
+    alone, cached = held(False), held(True)
+    assert cached < alone * 2 / 3, (alone, cached)
