@@ -15,13 +15,14 @@ from pathlib import Path
 import click
 
 from processor.broker.provide import provide_broker
+from processor.runtime.store import BLOCK_CACHE_BYTES
 from tests.faults.cluster import Cluster, Feeder, signed_records
 from tests.faults.scenarios import fresh_env
 from tests.faults.soak import WARM_UP_S, rss_mb, store_memory_mb
 from tests.integration.harness import workload
 
 SAMPLE_S = 15.0
-BLOCK_CACHE_MB = 32.0
+BLOCK_CACHE_MB = BLOCK_CACHE_BYTES / 2**20
 
 
 def growth(rows: list[dict[str, float]], key: str, since_s: float) -> float | None:
