@@ -24,15 +24,20 @@ class WireModel(BaseModel):
         """
         obj = _new(cls)
         _set_dict(obj, values)
-        try:
-            fields = _FIELD_SETS[cls]
-        except KeyError:
-            fields = _FIELD_SETS[cls] = set(cls.model_fields)
-        # Shared per class: pydantic copies this set before it ever mutates one.
-        _set_fields(obj, fields)
+        _set_fields(obj, _all_fields(cls))
         _set_extra(obj, None)
         _set_private(obj, None)
         return obj
+
+    def compact(self) -> Self:
+        """This model, holding the set of every field name its class shares (see
+        `_all_fields`) in place of its own equal one, as one decoded from a full JSON
+        object has: 2.2 KB of a 5.2 KB decoded snapshot. Kept as it is otherwise."""
+        shared = _all_fields(type(self))
+        own = self.__pydantic_fields_set__
+        if own is not shared and own == shared:
+            _set_fields(self, shared)
+        return self
 
     def evolved(self, **changes: Any) -> Self:
         """A copy with `changes` applied, unvalidated: for values the engine computed."""
@@ -46,6 +51,18 @@ _set_fields = BaseModel.__dict__["__pydantic_fields_set__"].__set__
 _set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
 _set_private = BaseModel.__dict__["__pydantic_private__"].__set__
 _FIELD_SETS: dict[type[BaseModel], set[str]] = {}
+
+
+def _all_fields(cls: type[BaseModel]) -> set[str]:
+    """The set of all of `cls`'s field names, one per class, which the models that have
+    them all share as theirs (`__pydantic_fields_set__`): safe because the models are
+    frozen (pydantic refuses an assignment before it adds to the set) and `model_copy`
+    copies the set before it changes it."""
+    try:
+        return _FIELD_SETS[cls]
+    except KeyError:
+        fields = _FIELD_SETS[cls] = set(cls.model_fields)
+        return fields
 
 
 class VersionedMessage(WireModel):

@@ -13,11 +13,9 @@ before a commit wrote it could put the older snapshot back over the newer one, a
 engine would decide the run's next proposal from it.
 
 Of a decoded snapshot's bytes, 2.2 KB were the set of its field names pydantic keeps
-beside each model (`__pydantic_fields_set__`: the fields given, every one for a snapshot
-read back, the same for all). A cached snapshot shares one such set with every other of
-the same fields: safe because snapshots are frozen (pydantic refuses an assignment
-before it would add to the set) and `model_copy` copies the set before changing it.
-That took a cached snapshot from about 5.2 to 3.0 KB.
+beside each model (`__pydantic_fields_set__`: every field, for a snapshot read back). A
+cached snapshot holds the one set its class shares instead (`compact`), as the engine's
+own snapshots do: that took a cached snapshot from about 5.2 to 3.0 KB.
 """
 
 import itertools
@@ -30,8 +28,6 @@ from schemas.messages import RunSnapshot
 #: Snapshots kept for the whole process (about 18 MB): as many as three partition stores
 #: kept before the bound was the process's.
 CAPACITY = 6_000
-#: Distinct field-name sets shared; past this many, a snapshot keeps its own.
-_SHARED_SETS = 8
 
 
 class SnapshotCache:
@@ -41,21 +37,6 @@ class SnapshotCache:
         self._lock = threading.Lock()
         self._owners = itertools.count(1)
         self._generations: dict[int, int] = {}  # owner -> writes so far
-        self._fields_sets: list[set[str]] = []
-
-    def _shared(self, snapshot: RunSnapshot) -> RunSnapshot:
-        """`snapshot`, its set of field names swapped for the equal one cached snapshots
-        share (see above); under the lock."""
-        own = snapshot.__pydantic_fields_set__
-        for shared in self._fields_sets:
-            if shared is own:
-                return snapshot
-            if shared == own:
-                object.__setattr__(snapshot, "__pydantic_fields_set__", shared)
-                return snapshot
-        if len(self._fields_sets) < _SHARED_SETS:
-            self._fields_sets.append(own)
-        return snapshot
 
     def owner(self) -> int:
         """A key space of its own, for one store."""
@@ -79,7 +60,7 @@ class SnapshotCache:
         key = (owner, snapshot.run_id)
         with self._lock:
             if self._generations.get(owner, 0) == generation and key not in self._entries:
-                self._entries[key] = self._shared(snapshot)
+                self._entries[key] = snapshot.compact()
                 self._trim()
 
     def put(self, owner: int, snapshots: Iterable[RunSnapshot]) -> None:
@@ -88,7 +69,7 @@ class SnapshotCache:
             self._wrote(owner)
             for snapshot in snapshots:
                 key = (owner, snapshot.run_id)
-                self._entries[key] = self._shared(snapshot)
+                self._entries[key] = snapshot.compact()
                 self._entries.move_to_end(key)
             self._trim()
 
