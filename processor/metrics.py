@@ -64,10 +64,12 @@ class WorkerMetrics:
         runs_by_state: Callable[[], Iterable[tuple[str, str, int]]],
         lag: Callable[[], dict[int, int]],
         store_memory: Callable[[], dict[str, int]] | None = None,
+        cached_snapshots: Callable[[], int] | None = None,
     ) -> None:
         """`runs_by_state` yields (machine, state, runs) over the owned partitions,
-        `lag` gives records behind per owned partition and `store_memory` the bytes the
-        stores' RocksDB holds by kind (none: not exported), all read at scrape time."""
+        `lag` gives records behind per owned partition, `store_memory` the bytes the
+        stores' RocksDB holds by kind and `cached_snapshots` the decoded snapshots the
+        process keeps (none: not exported), all read at scrape time."""
         self.machines = machines
         self.registry = CollectorRegistry()
         r = self.registry
@@ -141,7 +143,7 @@ class WorkerMetrics:
         self.restoring = Gauge(
             "runstate_restore_in_progress", "1 while partitions are being restored.", registry=r
         )
-        r.register(_Scraped(runs_by_state, lag, store_memory))
+        r.register(_Scraped(runs_by_state, lag, store_memory, cached_snapshots))
 
     # -- transactions -------------------------------------------------------------
     def committed(self, batch: MetricsBatch, seconds: float, records: int) -> None:
@@ -207,8 +209,10 @@ class _Scraped(Collector):
         runs_by_state: Callable[[], Iterable[tuple[str, str, int]]],
         lag: Callable[[], dict[int, int]],
         store_memory: Callable[[], dict[str, int]] | None,
+        cached_snapshots: Callable[[], int] | None,
     ) -> None:
         self.runs_by_state, self.lag, self.store_memory = runs_by_state, lag, store_memory
+        self.cached_snapshots = cached_snapshots
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         runs = GaugeMetricFamily(
@@ -237,3 +241,10 @@ class _Scraped(Collector):
             for kind, size in sorted(self.store_memory().items()):
                 memory.add_metric([kind], size)
             yield memory
+        if self.cached_snapshots is not None:
+            yield GaugeMetricFamily(
+                "runstate_snapshot_cache_runs",
+                "Decoded snapshots the process keeps for the runs used lately (a bounded "
+                "cache: once at its capacity, it keeps as many).",
+                value=self.cached_snapshots(),
+            )

@@ -67,6 +67,7 @@ from processor.runtime.poison import Quarantine, is_record_error
 from processor.runtime.preflight import check_topics
 from processor.runtime.producer import TransactionalProducer
 from processor.runtime.restore import RestoreJob
+from processor.runtime.snapshot_cache import SNAPSHOTS
 from processor.runtime.statedir import StateDir, StateDirBusy
 from processor.runtime.store import PartitionStore, PartitionTransaction
 from processor.runtime.stores import StoreRegistry
@@ -140,6 +141,7 @@ class Worker:
             lambda: self.stores.runs_by_state(config.machines),
             lambda: dict(self._lag),
             lambda: self.stores.memory(),
+            lambda: len(SNAPSHOTS),
         )
         try:
             self.state_dir = StateDir(

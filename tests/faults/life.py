@@ -18,7 +18,7 @@ from processor.broker.provide import provide_broker
 from processor.runtime.store import BLOCK_CACHE_BYTES
 from tests.faults.cluster import Cluster, Feeder, signed_records
 from tests.faults.scenarios import fresh_env
-from tests.faults.soak import WARM_UP_S, rss_mb, store_memory_mb
+from tests.faults.soak import WARM_UP_S, rss_mb, worker_memory
 from tests.integration.harness import workload
 
 SAMPLE_S = 15.0
@@ -57,12 +57,13 @@ def main(minutes: float, rate: float, out: Path) -> None:
         try:
             while feeder.is_alive():
                 time.sleep(SAMPLE_S)
-                memory = store_memory_mb(worker.url, worker.headers)
+                memory, cached = worker_memory(worker.url, worker.headers)
                 rss = rss_mb(worker.proc.pid)
                 assert rss is not None, "the worker is gone"
                 row = {"s": round(time.monotonic() - started), "rss": round(rss, 1)}
                 row |= memory
                 row["rss_less_rocksdb"] = round(row["rss"] - sum(memory.values()), 1)
+                row["cached_snapshots"] = cached if cached is not None else -1
                 rows.append(row)
                 print(json.dumps(row), flush=True)
         finally:

@@ -7,7 +7,11 @@ p99 of answers (from a proposal's append to its outcome reaching a reader), the
 readers' errors; as a table and a plot.
 
 Memory is judged per worker process: a killed worker starts again with a fresh heap, so
-"flat" means each life's RSS after its warm-up grows by less than RSS_GROWTH_LIMIT."""
+"flat" means each life's RSS after its warm-up grows by less than RSS_GROWTH_LIMIT. A
+life's warm-up ends when its bounded caches are full (the decoded-snapshot cache at its
+capacity, RocksDB's block cache at 95 % of its), and not before WARM_UP_S: a cache
+filling is the warm-up, growth past it is not. A life is judged when at least JUDGED_S
+follow its warm-up; the growth from WARM_UP_S is reported beside it."""
 
 import http.client
 import json
@@ -28,6 +32,8 @@ from benchmarks.records import RawRecord
 from processor.broker.cluster import Cluster as Brokers
 from processor.broker.cluster import running_cluster
 from processor.partitioning import partition_for
+from processor.runtime.snapshot_cache import CAPACITY as SNAPSHOT_CAPACITY
+from processor.runtime.store import BLOCK_CACHE_BYTES
 from tests.faults.arrivals import Arrivals, recovery_seconds
 from tests.faults.check import Row, check
 from tests.faults.cluster import Cluster, signed_records
@@ -35,8 +41,10 @@ from tests.faults.scenarios import PARTITIONS, fresh_env
 from tests.integration.harness import Env, WorkerProcess, workload
 
 SAMPLE_S = 10.0
-WARM_UP_S = 60.0  # a worker life's RSS is judged from here on
+WARM_UP_S = 60.0  # a worker life's warm-up lasts at least this long
+JUDGED_S = 120.0  # and a life is judged on this much at least after it
 RSS_GROWTH_LIMIT = 0.10
+BLOCK_CACHE_MB = BLOCK_CACHE_BYTES / 2**20
 CHUNK_S = 20.0  # the feed is generated and signed this many seconds at a time
 PROBE = 6_000  # proposals drained as a backlog to find the rate
 
@@ -63,16 +71,38 @@ class Life:
     #: RSS less what RocksDB holds (its memtables, table readers and block cache, from
     #: the worker's /metrics), sampled with `rss`: the heap's part of the growth.
     heap: list[tuple[float, float]] = field(default_factory=list)
+    #: When its caches were first seen full (the snapshot cache at capacity, the block
+    #: cache at 95 %); None while they fill.
+    caches_full_s: float | None = None
 
-    def warm(self, samples: list[tuple[float, float]]) -> list[float]:
-        """The MB of `samples` (`rss` or `heap`) from the warm-up on."""
-        return [mb for at, mb in samples if at - self.started_s >= WARM_UP_S]
+    @property
+    def warm_s(self) -> float | None:
+        """When its warm-up ended (see the module's docstring); None: not yet."""
+        if self.caches_full_s is None:
+            return None
+        return max(self.caches_full_s, self.started_s + WARM_UP_S)
 
-    def growth(self, of: str = "rss") -> float | None:
-        """Growth from the first sample after warm-up to the last, as a fraction, of RSS
-        (or of "heap": RSS less RocksDB); None for a life too short to say."""
-        warm = self.warm(self.rss if of == "rss" else self.heap)
-        return None if len(warm) < 3 else (warm[-1] - warm[0]) / warm[0]
+    def since(self, samples: list[tuple[float, float]], start_s: float | None) -> list[float]:
+        """The MB of `samples` (`rss` or `heap`) from `start_s` on."""
+        return [] if start_s is None else [mb for at, mb in samples if at >= start_s]
+
+    def judged(self) -> bool:
+        warm = self.warm_s
+        return warm is not None and bool(self.rss) and self.rss[-1][0] - warm >= JUDGED_S
+
+    def growth(self, of: str = "rss", start_s: float | None = None) -> float | None:
+        """Growth from the first sample after the warm-up (or `start_s`) to the last, as a
+        fraction, of RSS (or of "heap": RSS less RocksDB); None for a life not judged
+        (or, from `start_s`, too short to say)."""
+        if start_s is None and not self.judged():
+            return None
+        kept = self.since(self.rss if of == "rss" else self.heap, start_s or self.warm_s)
+        return None if len(kept) < 3 else (kept[-1] - kept[0]) / kept[0]
+
+    def growth_from_first_minute(self, of: str = "rss") -> float | None:
+        """The same from WARM_UP_S on, caches full or not (the figure this soak used to
+        judge by)."""
+        return self.growth(of, self.started_s + WARM_UP_S)
 
 
 @dataclass
@@ -92,8 +122,10 @@ class Report:
 
     @property
     def clean(self) -> bool:
+        """The invariants hold, and at least one life was judged, each under the limit
+        (none judged is no evidence of flat memory)."""
         worst = self.worst_growth
-        return self.row.clean and (worst is None or worst < RSS_GROWTH_LIMIT)
+        return self.row.clean and worst is not None and worst < RSS_GROWTH_LIMIT
 
 
 def rss_mb(pid: int) -> float | None:
@@ -106,18 +138,29 @@ def rss_mb(pid: int) -> float | None:
     return None
 
 
-def store_memory_mb(url: str, headers: dict[str, str]) -> dict[str, float]:
+def worker_memory(url: str, headers: dict[str, str]) -> tuple[dict[str, float], int | None]:
     """A worker's `runstate_store_memory_bytes` by kind, in MB (memtables, table
-    readers, the shared block cache)."""
+    readers, the shared block cache), and its `runstate_snapshot_cache_runs`."""
     request = urllib.request.Request(url + "/metrics", headers=headers)
     with urllib.request.urlopen(request, timeout=5) as response:
         text = response.read().decode()
-    return {
-        sample.labels["kind"]: round(sample.value / 2**20, 1)
-        for family in text_string_to_metric_families(text)
-        if family.name == "runstate_store_memory_bytes"
-        for sample in family.samples
-    }
+    rocksdb: dict[str, float] = {}
+    cached = None
+    for family in text_string_to_metric_families(text):
+        if family.name == "runstate_store_memory_bytes":
+            for sample in family.samples:
+                rocksdb[sample.labels["kind"]] = round(sample.value / 2**20, 1)
+        elif family.name == "runstate_snapshot_cache_runs":
+            cached = int(family.samples[0].value)
+    return rocksdb, cached
+
+
+def caches_full(rocksdb: dict[str, float], cached: int | None) -> bool:
+    return (
+        cached is not None
+        and cached >= SNAPSHOT_CAPACITY
+        and rocksdb.get("block_cache", 0.0) >= 0.95 * BLOCK_CACHE_MB
+    )
 
 
 def _lag(env: Env) -> int | None:
@@ -318,10 +361,12 @@ def soak(
                         rss[str(slot)] = round(mb, 1)
                         life.rss.append((now, mb))
                         try:
-                            rocksdb = sum(store_memory_mb(worker.url, worker.headers).values())
+                            rocksdb, cached = worker_memory(worker.url, worker.headers)
                         except (OSError, ValueError, http.client.HTTPException):
                             continue  # starting, or just killed: no split this time
-                        life.heap.append((now, mb - rocksdb))
+                        life.heap.append((now, mb - sum(rocksdb.values())))
+                        if life.caches_full_s is None and caches_full(rocksdb, cached):
+                            life.caches_full_s = now
                 samples.append(
                     Sample(
                         round(now, 1),
@@ -385,12 +430,14 @@ def table(report: Report) -> str:
         f"first, {report.drain_rate:,.0f}/s); {row.proposals:,} proposals.",
         "",
         "| lost | duplicated | mismatched | crashes | self restarts | lag 0 | faults | "
-        "recovery s (max / median) | worst RSS growth of a worker life after warm-up |",
+        "recovery s (max / median) | worst RSS growth of a worker life after warm-up "
+        "(lives judged) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     rec = sorted(row.recovery_s)
     shown = f"{rec[-1]:.1f} / {rec[len(rec) // 2]:.1f}" if rec else "-"
-    growth = "-" if worst is None else f"{100 * worst:.1f} %"
+    judged = sum(life.judged() for life in report.lives)
+    growth = "none judged" if worst is None else f"{100 * worst:+.1f} % ({judged})"
     lag = "yes" if row.lag_zero else "NO"
     if row.pending_timers:  # written by the stopping workers' timers, for the next owner
         lag += f" ({row.pending_timers} deadline proposals unread)"
@@ -421,27 +468,36 @@ def table(report: Report) -> str:
     lines += ["", "Faults: " + "; ".join(f"{at / 60:.1f} min {what}" for at, what in report.faults)]
     lines += [
         "",
-        f"Worker lives (RSS and RSS less RocksDB's memory, MB, from {WARM_UP_S:.0f} s after "
-        "the start to the end; growth judged from there):",
+        "Worker lives, RSS and RSS less RocksDB's memory in MB. Warm: minutes into the "
+        f"life when its caches were full (the snapshot cache at {SNAPSHOT_CAPACITY:,} runs, "
+        f"the block cache at 95 % of {BLOCK_CACHE_MB:.0f} MB), not before "
+        f"{WARM_UP_S:.0f} s; judged from there to the end when {JUDGED_S:.0f} s or more "
+        f"follow (growth under {100 * RSS_GROWTH_LIMIT:.0f} %). From {WARM_UP_S:.0f} s: the "
+        "same from the first minute on, caches full or not.",
         "",
-        "| worker | started min | minutes | RSS | growth | RSS less RocksDB | growth |",
-        "|---|---|---|---|---|---|---|",
+        "| worker | started min | minutes | warm min | RSS after warm | growth | "
+        "RSS less RocksDB | growth | RSS from 1 min | growth |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for life in report.lives:
         if not life.rss:
             continue
+        warm, first = life.warm_s, life.started_s + WARM_UP_S
+        shown = "-" if warm is None else f"{(warm - life.started_s) / 60:.1f}"
+        after = life.warm_s if life.judged() else None
         lines.append(
             f"| {life.slot} | {life.started_s / 60:.1f} | "
-            f"{(life.rss[-1][0] - life.started_s) / 60:.1f} | {_span(life, life.rss)} | "
-            f"{_percent(life.growth())} | {_span(life, life.heap)} | "
-            f"{_percent(life.growth('heap'))} |"
+            f"{(life.rss[-1][0] - life.started_s) / 60:.1f} | {shown} | "
+            f"{_span(life.since(life.rss, after))} | {_percent(life.growth())} | "
+            f"{_span(life.since(life.heap, after))} | {_percent(life.growth('heap'))} | "
+            f"{_span(life.since(life.rss, first))} | "
+            f"{_percent(life.growth_from_first_minute())} |"
         )
     return "\n".join(lines)
 
 
-def _span(life: Life, samples: list[tuple[float, float]]) -> str:
-    warm = life.warm(samples)
-    return f"{warm[0]:.0f} -> {warm[-1]:.0f}" if warm else "-"
+def _span(mbs: list[float]) -> str:
+    return f"{mbs[0]:.0f} -> {mbs[-1]:.0f}" if mbs else "-"
 
 
 def _percent(fraction: float | None) -> str:
