@@ -38,7 +38,11 @@ def murmur2(data: bytes) -> int:
     return h
 
 
-@lru_cache(maxsize=1 << 16)  # every proposal is checked; runs repeat
+# Every proposal is checked, and runs repeat: a hit costs 0.13 us, murmur2 2-6 us. Sized
+# for the runs a worker has under way, not all it has seen: an entry holds about 230
+# bytes with its run id, and 65,536 of them (the size before) filled over the first 24
+# minutes of a worker fed 45 new runs a second: 15 MB that looked like a leak.
+@lru_cache(maxsize=4_096)
 def partition_for(run_id: str, partitions: int) -> int:
     return (murmur2(run_id.encode()) & 0x7FFFFFFF) % partitions
 

@@ -8,10 +8,12 @@ readers' errors; as a table and a plot.
 
 Memory is judged per worker process: a killed worker starts again with a fresh heap, so
 "flat" means each life's RSS after its warm-up grows by less than RSS_GROWTH_LIMIT. A
-life's warm-up ends when its bounded caches are full (the decoded-snapshot cache at its
-capacity, RocksDB's block cache at 95 % of its), and not before WARM_UP_S: a cache
-filling is the warm-up, growth past it is not. A life is judged when at least JUDGED_S
-follow its warm-up; the growth from WARM_UP_S is reported beside it."""
+life's warm-up ends when its bounded caches have filled: RocksDB's block cache at 95 %
+of its size, and the decoded-snapshot cache at its capacity or no longer growing (it
+holds the unfinished runs used lately, which a workload whose runs finish keeps well
+under the capacity: grown by under 5 % over the last minute); and not before WARM_UP_S.
+A cache filling is the warm-up, growth past it is not. A life is judged when at least
+JUDGED_S follow its warm-up; the growth from WARM_UP_S is reported beside it."""
 
 import http.client
 import json
@@ -71,9 +73,17 @@ class Life:
     #: RSS less what RocksDB holds (its memtables, table readers and block cache, from
     #: the worker's /metrics), sampled with `rss`: the heap's part of the growth.
     heap: list[tuple[float, float]] = field(default_factory=list)
-    #: When its caches were first seen full (the snapshot cache at capacity, the block
-    #: cache at 95 %); None while they fill.
+    #: The runs its snapshot cache held, sampled with `rss`.
+    cached: list[tuple[float, int]] = field(default_factory=list)
+    #: When its caches were first seen full (see `caches_full`); None while they fill.
     caches_full_s: float | None = None
+
+    def sampled(self, at: float, rocksdb: dict[str, float], cached: int | None) -> None:
+        """A sample of its caches, taken with an RSS sample at `at`."""
+        if cached is not None:
+            self.cached.append((at, cached))
+        if self.caches_full_s is None and caches_full(rocksdb, self.cached, at):
+            self.caches_full_s = at
 
     @property
     def warm_s(self) -> float | None:
@@ -155,12 +165,14 @@ def worker_memory(url: str, headers: dict[str, str]) -> tuple[dict[str, float], 
     return rocksdb, cached
 
 
-def caches_full(rocksdb: dict[str, float], cached: int | None) -> bool:
-    return (
-        cached is not None
-        and cached >= SNAPSHOT_CAPACITY
-        and rocksdb.get("block_cache", 0.0) >= 0.95 * BLOCK_CACHE_MB
-    )
+def caches_full(rocksdb: dict[str, float], cached: list[tuple[float, int]], at: float) -> bool:
+    """The block cache at 95 %, and the snapshot cache (`cached`: its samples up to `at`)
+    at capacity or grown by under 5 % since the sample a minute or more before."""
+    if rocksdb.get("block_cache", 0.0) < 0.95 * BLOCK_CACHE_MB or not cached:
+        return False
+    now = cached[-1][1]
+    before = [n for t, n in cached if at - t >= 60.0]
+    return now >= SNAPSHOT_CAPACITY or (bool(before) and now <= 1.05 * before[-1])
 
 
 def _lag(env: Env) -> int | None:
@@ -365,8 +377,7 @@ def soak(
                         except (OSError, ValueError, http.client.HTTPException):
                             continue  # starting, or just killed: no split this time
                         life.heap.append((now, mb - sum(rocksdb.values())))
-                        if life.caches_full_s is None and caches_full(rocksdb, cached):
-                            life.caches_full_s = now
+                        life.sampled(now, rocksdb, cached)
                 samples.append(
                     Sample(
                         round(now, 1),
@@ -469,8 +480,9 @@ def table(report: Report) -> str:
     lines += [
         "",
         "Worker lives, RSS and RSS less RocksDB's memory in MB. Warm: minutes into the "
-        f"life when its caches were full (the snapshot cache at {SNAPSHOT_CAPACITY:,} runs, "
-        f"the block cache at 95 % of {BLOCK_CACHE_MB:.0f} MB), not before "
+        f"life when its caches had filled (the block cache at 95 % of {BLOCK_CACHE_MB:.0f} "
+        f"MB, the snapshot cache at {SNAPSHOT_CAPACITY:,} runs or grown by under 5 % over "
+        "a minute), not before "
         f"{WARM_UP_S:.0f} s; judged from there to the end when {JUDGED_S:.0f} s or more "
         f"follow (growth under {100 * RSS_GROWTH_LIMIT:.0f} %). From {WARM_UP_S:.0f} s: the "
         "same from the first minute on, caches full or not.",

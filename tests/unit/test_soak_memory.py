@@ -21,15 +21,24 @@ from tests.faults.soak import (
 pytestmark = pytest.mark.unit
 
 
+FULL = {"block_cache": BLOCK_CACHE_MB, "memtables": 4.0}
+
+
 def life(rss: list[float], full_at_s: float | None, started_s: float = 100.0) -> Life:
-    """A life sampled every SAMPLE_S from `started_s`, caches full `full_at_s` in."""
+    """A life sampled every SAMPLE_S from `started_s`: its snapshot cache at capacity
+    and its block cache full `full_at_s` in, both filling before."""
     lived = Life(0, 1, started_s)
     for n, mb in enumerate(rss):
         at = started_s + n * SAMPLE_S
         lived.rss.append((at, mb))
         lived.heap.append((at, mb - 10))
-        if full_at_s is not None and lived.caches_full_s is None and n * SAMPLE_S >= full_at_s:
-            lived.caches_full_s = at
+        full = full_at_s is not None and n * SAMPLE_S >= full_at_s
+        filling = SNAPSHOT_CAPACITY * (n + 1) // (len(rss) + 1)
+        lived.sampled(
+            at,
+            FULL if full else {"block_cache": 0.5 * BLOCK_CACHE_MB},
+            SNAPSHOT_CAPACITY if full else filling,
+        )
     return lived
 
 
@@ -82,8 +91,28 @@ def test_a_life_too_short_after_its_warm_up_or_never_warm_is_not_judged() -> Non
 
 
 def test_what_counts_as_full() -> None:
-    block = {"block_cache": BLOCK_CACHE_MB, "memtables": 4.0}
-    assert caches_full(block, SNAPSHOT_CAPACITY)
-    assert not caches_full(block, SNAPSHOT_CAPACITY - 1)
-    assert not caches_full(block, None)  # a worker without the gauge
-    assert not caches_full({"block_cache": 0.9 * BLOCK_CACHE_MB}, SNAPSHOT_CAPACITY)
+    at_capacity = [(0.0, SNAPSHOT_CAPACITY)]
+    assert caches_full(FULL, at_capacity, 0.0)
+    assert not caches_full({"block_cache": 0.9 * BLOCK_CACHE_MB}, at_capacity, 0.0)
+    assert not caches_full(FULL, [], 0.0)  # a worker without the gauge
+    # Under capacity: full once it grew by under 5 % over the last minute...
+    steady = [(0.0, 500), (30.0, 700), (60.0, 780), (90.0, 800), (120.0, 805)]
+    assert not caches_full(FULL, steady[:2], 30.0)  # no minute to compare yet
+    assert not caches_full(FULL, steady[:3], 60.0)  # 500 -> 780
+    assert not caches_full(FULL, steady[:4], 90.0)  # 700 -> 800
+    assert caches_full(FULL, steady, 120.0)  # 780 -> 805
+    # ...and not while it still grows.
+    assert not caches_full(FULL, [(0.0, 700), (60.0, 900)], 60.0)
+
+
+def test_a_snapshot_cache_that_levels_off_under_capacity_ends_the_warm_up() -> None:
+    """Most of a workload's runs finish: the cache holds the unfinished ones, far fewer
+    than its capacity, and levels off there."""
+    lived = Life(0, 1, 0.0)
+    for n in range(40):
+        at = n * SAMPLE_S
+        lived.rss.append((at, 90.0))
+        lived.sampled(at, FULL, min(800, 100 * (n + 1)))
+    # 800 from the 8th sample on (70 s): a minute later it has grown by under 5 %
+    assert lived.caches_full_s == 130.0
+    assert lived.judged() and lived.growth() == 0.0
