@@ -16,12 +16,19 @@ Of a decoded snapshot's bytes, 2.2 KB were the set of its field names pydantic k
 beside each model (`__pydantic_fields_set__`: every field, for a snapshot read back). A
 cached snapshot holds the one set its class shares instead (`compact`), as the engine's
 own snapshots do: that took a cached snapshot from about 5.2 to 3.0 KB.
+
+A run not used for `IDLE_S` leaves the cache, whatever the count: runs parked for a person's
+approval or a long tool call would otherwise fill it to its bound over tens of minutes
+(about 7 a second per worker in the soak), so a worker's memory kept rising long after
+its start. With the expiry the cache holds the runs of the last minute, a level a steady
+load reaches in about a minute; a run that comes back later costs one read and decode.
 """
 
 import itertools
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from schemas.messages import RunSnapshot
 
@@ -29,11 +36,20 @@ from schemas.messages import RunSnapshot
 #: kept before the bound was the process's.
 CAPACITY = 6_000
 
+#: Seconds a run stays cached after its last use.
+IDLE_S = 60.0
+
 
 class SnapshotCache:
-    def __init__(self, capacity: int = CAPACITY) -> None:
-        self.capacity = capacity
-        self._entries: OrderedDict[tuple[int, str], RunSnapshot] = OrderedDict()
+    def __init__(
+        self,
+        capacity: int = CAPACITY,
+        idle_s: float = IDLE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.capacity, self.idle_s, self._clock = capacity, idle_s, clock
+        # Least recently used first: each with the time of its last use.
+        self._entries: OrderedDict[tuple[int, str], tuple[RunSnapshot, float]] = OrderedDict()
         self._lock = threading.Lock()
         self._owners = itertools.count(1)
         self._generations: dict[int, int] = {}  # owner -> writes so far
@@ -43,11 +59,18 @@ class SnapshotCache:
         return next(self._owners)
 
     def get(self, owner: int, run_id: str) -> RunSnapshot | None:
+        key = (owner, run_id)
         with self._lock:
-            found = self._entries.get((owner, run_id))
-            if found is not None:
-                self._entries.move_to_end((owner, run_id))
-            return found
+            found = self._entries.get(key)
+            if found is None:
+                return None
+            now = self._clock()
+            if now - found[1] > self.idle_s:
+                del self._entries[key]
+                return None
+            self._entries[key] = (found[0], now)
+            self._entries.move_to_end(key)
+            return found[0]
 
     def generation(self, owner: int) -> int:
         """The store's writes so far: take it before reading the database."""
@@ -59,23 +82,31 @@ class SnapshotCache:
         `generation` or the run is cached already (what a write put there is newer)."""
         key = (owner, snapshot.run_id)
         with self._lock:
+            now = self._clock()
+            self._trim(now)  # a run idle too long is not there to keep
             if self._generations.get(owner, 0) == generation and key not in self._entries:
-                self._entries[key] = snapshot.compact()
-                self._trim()
+                self._entries[key] = (snapshot.compact(), now)
+                self._trim(now)
 
     def put(self, owner: int, snapshots: Iterable[RunSnapshot]) -> None:
         """What the store just wrote."""
         with self._lock:
             self._wrote(owner)
+            now = self._clock()
             for snapshot in snapshots:
                 key = (owner, snapshot.run_id)
-                self._entries[key] = snapshot.compact()
+                self._entries[key] = (snapshot.compact(), now)
                 self._entries.move_to_end(key)
-            self._trim()
+            self._trim(now)
 
-    def _trim(self) -> None:
-        while len(self._entries) > self.capacity:
-            self._entries.popitem(last=False)
+    def _trim(self, now: float) -> None:
+        """Past the bound, or idle too long: both from the least recently used end (its
+        times only rise along the order, so every idle run goes)."""
+        entries = self._entries
+        while entries and (
+            len(entries) > self.capacity or now - next(iter(entries.values()))[1] > self.idle_s
+        ):
+            entries.popitem(last=False)
 
     def _wrote(self, owner: int) -> None:
         self._generations[owner] = self._generations.get(owner, 0) + 1

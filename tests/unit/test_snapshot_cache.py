@@ -42,6 +42,9 @@ def _snapshots(seed: int, runs: int) -> list[RunSnapshot]:
     return found
 
 
+_SNAPSHOTS = [s for s in _snapshots(17, 12)][:8]
+
+
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), read_back=st.booleans())
 def test_a_cached_snapshot_reads_as_it_was_put(seed: int, read_back: bool) -> None:
@@ -135,3 +138,83 @@ def test_a_cached_snapshot_read_back_takes_under_two_thirds_of_its_own_memory() 
 
     alone, cached = held(False), held(True)
     assert cached < alone * 2 / 3, (alone, cached)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    capacity=st.integers(1, 6),
+    ops=st.lists(
+        st.tuples(st.sampled_from(["put", "put_read", "get", "wait", "drop"]), st.integers(0, 7)),
+        max_size=60,
+    ),
+)
+def test_a_run_is_cached_while_among_the_latest_used_and_used_within_the_idle_time(
+    capacity: int, ops: list[tuple[str, int]]
+) -> None:
+    """Against a model: a run is found iff it is among the `capacity` most recently used
+    and was used within `idle_s`; anything else reads as a miss, never a wrong snapshot."""
+    clock = _Clock()
+    cache = SnapshotCache(capacity, idle_s=10.0, clock=clock)
+    owner = cache.owner()
+    snapshots = _SNAPSHOTS
+    model: dict[str, float] = {}  # run id -> last use, for runs the cache may hold
+
+    def keep(run_id: str) -> None:
+        model[run_id] = clock.now
+        # The bound, then the idle time, from the least recently used end.
+        while model and (len(model) > capacity or clock.now - min(model.values()) > cache.idle_s):
+            del model[min(model, key=model.__getitem__)]
+
+    for op, n in ops:
+        snapshot = snapshots[n % len(snapshots)]
+        run_id = snapshot.run_id
+        if op == "wait":
+            clock.now += n * 2.5
+        elif op == "put":
+            cache.put(owner, [snapshot])
+            keep(run_id)
+        elif op == "put_read":
+            cache.put_read(owner, snapshot, cache.generation(owner))
+            fresh = run_id in model and clock.now - model[run_id] <= cache.idle_s
+            if run_id not in model or not fresh:
+                model.pop(run_id, None)
+                keep(run_id)
+        elif op == "drop":
+            cache.drop(owner, [run_id])
+            model.pop(run_id, None)
+        else:
+            found = cache.get(owner, run_id)
+            if run_id in model and clock.now - model[run_id] <= cache.idle_s:
+                assert found is snapshot.compact() or found == snapshot
+                model[run_id] = clock.now
+            else:
+                assert found is None
+                model.pop(run_id, None)
+        assert len(cache) <= capacity
+
+
+def test_under_a_steady_stream_of_new_runs_the_cache_levels_off_at_the_runs_used_lately() -> None:
+    """Runs that are never used again (parked for an approval that does not come) leave
+    after `idle_s`: the cache holds about rate x idle_s runs, far below its bound."""
+    clock = _Clock()
+    cache = SnapshotCache(100_000, idle_s=60.0, clock=clock)
+    owner = cache.owner()
+    template = _SNAPSHOTS[0]
+    sizes = []
+    for second in range(600):
+        clock.now = float(second)
+        cache.put(
+            owner,
+            [template.model_copy(update={"run_id": f"run-{second}-{i}"}) for i in range(7)],
+        )
+        sizes.append(len(cache))
+    assert max(sizes[120:]) <= 7 * 61
+    assert min(sizes[120:]) >= 7 * 60
