@@ -63,7 +63,7 @@ def test_a_partition_leader_killed_on_a_cluster(kafka_cluster: Brokers, tmp_path
 def test_a_short_soak_on_a_cluster(kafka_cluster: Brokers, tmp_path: Path) -> None:
     """`make soak` in little: a minute at half the drain rate, workers SIGKILLed, a broker
     restarted; the invariants hold and the report and its plot are written."""
-    report = soak(kafka_cluster, tmp_path / "soak", 1.0, kill_every_s=15)
+    report = soak(kafka_cluster, tmp_path / "soak", 1.0, kill_every_s=15, probe=6_000)
     assert_clean(report.row)
     assert [what for _, what in report.faults if "broker" in what], report.faults
     assert len([f for f in report.faults if "SIGKILL" in f[1]]) >= 2, report.faults

@@ -8,6 +8,7 @@ from tests.faults.check import Row
 from tests.faults.soak import (
     BLOCK_CACHE_MB,
     JUDGED_S,
+    LEVEL_WINDOW_S,
     RSS_GROWTH_LIMIT,
     SAMPLE_S,
     SNAPSHOT_CAPACITY,
@@ -95,24 +96,121 @@ def test_what_counts_as_full() -> None:
     assert caches_full(FULL, at_capacity, 0.0)
     assert not caches_full({"block_cache": 0.9 * BLOCK_CACHE_MB}, at_capacity, 0.0)
     assert not caches_full(FULL, [], 0.0)  # a worker without the gauge
-    # Under capacity: full once it grew by under 5 % over the last minute...
-    steady = [(0.0, 500), (30.0, 700), (60.0, 780), (90.0, 800), (120.0, 805)]
-    assert not caches_full(FULL, steady[:2], 30.0)  # no minute to compare yet
-    assert not caches_full(FULL, steady[:3], 60.0)  # 500 -> 780
-    assert not caches_full(FULL, steady[:4], 90.0)  # 700 -> 800
-    assert caches_full(FULL, steady, 120.0)  # 780 -> 805
+    # Under capacity: full once its highest over LEVEL_WINDOW_S is under 5 % above its
+    # highest over the window before...
+    w = LEVEL_WINDOW_S
+    steady = [(0.0, 500), (w / 2, 700), (w, 780), (1.5 * w, 800), (2 * w, 805), (2.5 * w, 790)]
+    assert not caches_full(FULL, steady[:3], w)  # no window before a window yet
+    assert not caches_full(FULL, steady[:4], 1.5 * w)  # 700 -> 800
+    assert caches_full(FULL, steady[:5], 2 * w)  # 780 -> 805
+    assert caches_full(FULL, steady, 2.5 * w)  # 800 -> 805
     # ...and not while it still grows.
-    assert not caches_full(FULL, [(0.0, 700), (60.0, 900)], 60.0)
+    assert not caches_full(FULL, [(0.0, 700), (w, 900), (2 * w, 1_100)], 2 * w)
+
+
+# A worker's snapshot cache in the soak at 5f00435 (seconds into its life, runs cached):
+# rising about 400 runs a minute, down and up again between samples.
+SAW_TOOTH = [
+    (0, 628),
+    (10, 454),
+    (20, 792),
+    (31, 644),
+    (41, 318),
+    (52, 825),
+    (62, 990),
+    (72, 722),
+    (82, 895),
+    (93, 915),
+    (103, 1030),
+    (114, 1563),
+    (125, 1110),
+    (135, 1575),
+    (145, 1235),
+    (155, 1808),
+    (165, 1357),
+    (176, 1962),
+    (186, 1472),
+    (196, 2045),
+    (206, 1584),
+    (217, 2018),
+    (227, 1707),
+    (238, 2213),
+    (248, 1827),
+    (258, 2434),
+    (269, 1957),
+    (279, 2378),
+    (290, 2090),
+    (301, 2446),
+    (312, 2202),
+    (322, 2486),
+    (333, 3034),
+    (343, 2624),
+    (353, 3115),
+    (364, 2712),
+    (374, 3250),
+    (385, 2822),
+    (395, 3370),
+    (406, 2913),
+    (416, 3431),
+    (427, 3000),
+    (438, 3454),
+    (448, 3086),
+    (459, 3521),
+    (469, 3231),
+    (480, 3585),
+    (491, 3349),
+    (502, 3658),
+    (512, 4111),
+    (523, 3745),
+    (534, 4258),
+    (545, 3822),
+    (555, 4319),
+    (566, 3911),
+    (576, 4460),
+    (587, 4046),
+    (597, 4552),
+    (607, 4160),
+    (618, 4620),
+    (628, 4269),
+    (639, 4700),
+    (649, 4385),
+    (660, 4763),
+    (670, 4510),
+    (681, 4870),
+    (691, 5154),
+    (702, 4917),
+    (713, 5411),
+    (723, 5034),
+    (734, 5554),
+    (745, 5103),
+    (755, 5670),
+    (766, 5224),
+    (776, 5731),
+    (787, 5341),
+    (798, 5812),
+    (808, 5431),
+    (819, 5746),
+    (829, 5443),
+]
+
+
+def test_a_snapshot_cache_that_saw_tooths_upwards_is_not_level() -> None:
+    """A trough a minute after a peak is not a level: the old rule (the last sample
+    against the one a minute before) took this cache for level 322 s in, at 2,486 runs,
+    and the life's RSS rose 11 % after."""
+    for n in range(1, len(SAW_TOOTH) + 1):
+        assert not caches_full(FULL, SAW_TOOTH[:n], SAW_TOOTH[n - 1][0]), SAW_TOOTH[n - 1]
 
 
 def test_a_snapshot_cache_that_levels_off_under_capacity_ends_the_warm_up() -> None:
-    """Most of a workload's runs finish: the cache holds the unfinished ones, far fewer
-    than its capacity, and levels off there."""
+    """Runs not used for the cache's idle time leave it: under a steady load it holds the
+    runs used lately, far fewer than its capacity, and levels off there."""
     lived = Life(0, 1, 0.0)
     for n in range(40):
         at = n * SAMPLE_S
         lived.rss.append((at, 90.0))
         lived.sampled(at, FULL, min(800, 100 * (n + 1)))
-    # 800 from the 8th sample on (70 s): a minute later it has grown by under 5 %
-    assert lived.caches_full_s == 130.0
+    # 800 from the 8th sample on (70 s): the first LEVEL_WINDOW_S ending 120 s later
+    # has grown by under 5 % over the one before it (0 to 70 s, 800 at its end)
+    assert lived.caches_full_s == 70.0 + LEVEL_WINDOW_S
     assert lived.judged() and lived.growth() == 0.0
