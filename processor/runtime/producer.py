@@ -7,6 +7,11 @@ A worker that gives up on its clients keeps them referenced until the process im
 replaced: dropping the last reference runs their destructors, and `rd_kafka_destroy`
 blocks for as long as a call of theirs hangs (seen: a broker restart froze the worker
 there, never reaching its restart). The worker holds this object until it exits.
+
+A producer replaced while the worker goes on (`retire`) is closed in a thread of its
+own once its hung call has returned, never before: kept until the process ended, each
+one held its librdkafka handle and buffers, and a worker's RSS rose 5-10 MB at every
+broker restart that hung a call (a soak life that grew 12.8 % after its warm-up).
 """
 
 import logging
@@ -53,7 +58,7 @@ def bounded(
 
     threading.Thread(target=target, name=f"runstate-{what}", daemon=True).start()
     if not done.wait(timeout_s + grace_s):
-        raise ClientHung(f"{what} has not returned after {timeout_s + grace_s:.0f}s")
+        raise ClientHung(f"{what} has not returned after {timeout_s + grace_s:.0f}s", done)
     if failure:
         raise failure[0]
 
@@ -207,6 +212,34 @@ class TransactionalProducer:
         if self.open:
             self.abort()
         self.client.flush(10)
+
+    def retire(self, hung: threading.Event | None) -> threading.Thread:
+        """Given up on (replaced by a producer that fenced it): closed in a thread of its
+        own once `hung`, its call still running, has returned (None: none is). Its
+        transaction is over, so what it still queues is purged, not delivered. A call that
+        never returns keeps its handle, and that thread, until the process ends."""
+
+        def close() -> None:
+            since, client = time.monotonic(), self.client
+            try:
+                # What it still queues goes at once (purge and poll are thread-safe, a
+                # running call or not): the reports of purged messages hold them until
+                # served. Only the handle waits for the call.
+                client.purge(blocking=False)
+                while hung is not None and not hung.wait(1.0):
+                    client.poll(0)
+                client.poll(0)
+                client.close()
+            except (KafkaException, RuntimeError) as exc:  # fenced, or closed already
+                log.debug("closing a retired producer: %s", exc)
+            log.info(
+                "a replaced producer closed, %.1f s after it was given up on",
+                time.monotonic() - since,
+            )
+
+        closing = threading.Thread(target=close, name="runstate-retired-producer", daemon=True)
+        closing.start()
+        return closing
 
     def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:

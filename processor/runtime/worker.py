@@ -40,7 +40,7 @@ from processor import identity
 from processor.cluster import client_id
 from processor.config import WorkerConfig
 from processor.engine import Beat, Commit, Forget, is_finished
-from processor.errors import ClientBroken, WorkerError
+from processor.errors import ClientBroken, ClientHung, WorkerError
 from processor.intake import Verified
 from processor.keyring import KeyringWatch
 from processor.metrics import WorkerMetrics
@@ -158,9 +158,9 @@ class Worker:
         self.consumer: Consumer | None = None
         # Kept until the process ends, also when broken (see producer.py).
         self.producer: TransactionalProducer | None = None
-        #: Producers given up on (a call hung): referenced until the process ends, since
-        #: destroying one blocks for as long as its hung call (see producer.py).
-        self._retired: list[TransactionalProducer] = []
+        #: Producers given up on, each closed by a thread of its own once its hung call
+        #: returned (`TransactionalProducer.retire`).
+        self._retired: list[threading.Thread] = []
         #: The group lost its coordinator (partitions lost): the producer may have cached
         #: the dead one, and its next send_offsets_to_transaction would block on it.
         self._stale_coordinator = False
@@ -278,7 +278,7 @@ class Worker:
                         raise
                     self._abort(f"transaction failed: {exc}", exc.args[0])
                 except ClientBroken as exc:
-                    self._replace_producer(str(exc))
+                    self._replace_producer(exc)
             self._commit()
         except ClientBroken:
             # Its clients may block in any further call, their destructors too: they stay
@@ -615,7 +615,7 @@ class Worker:
         self._rewind(self.stores.owned())
         self.stats.aborts += 1
 
-    def _replace_producer(self, why: str) -> None:
+    def _replace_producer(self, why: ClientBroken) -> None:
         """Go on with a new producer of the same transactional id after a call of the
         old one hung (librdkafka can block for good when a coordinator moves): the new
         one's init fences the old and ends its transaction, committed or aborted, which
@@ -625,11 +625,15 @@ class Worker:
         replaces cost a rejoin, a rebalance of the whole group and a restore."""
         log.error("%s; replacing the producer (the new one fences the old)", why)
         assert self.producer is not None and self.consumer is not None
-        self._retired.append(self.producer)
         self.committing = None
         self.stats.aborts += 1
         self.metrics.aborted()
+        old = self.producer
         self.producer = self._new_producer()  # ClientBroken if it cannot: restart in place
+        # Only now, fenced by the new one's init, may the old one be closed.
+        hung = why.returned if isinstance(why, ClientHung) else None
+        self._retired = [t for t in self._retired if t.is_alive()]
+        self._retired.append(old.retire(hung))
         self._stale_coordinator = False
         self.checkpoint = self._new_checkpoint()
         owned = self.stores.owned()

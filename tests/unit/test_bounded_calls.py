@@ -1,5 +1,6 @@
 """A librdkafka call that blocks past its timeout is reported, not waited on forever,
-and the worker restarts in place (or stops, if asked) without hanging on its clients."""
+and the worker replaces its producer (or restarts in place, or stops, if asked) without
+hanging on its clients; a replaced producer is freed once its hung call returns."""
 
 import gc
 import os
@@ -108,7 +109,8 @@ def test_a_broken_worker_neither_closes_nor_frees_its_clients(tmp_path: Path) ->
     broken.consumer, broken.producer = clients  # type: ignore[assignment]
 
     def hang(interval: float) -> None:
-        raise ClientHung("send_offsets_to_transaction has not returned after 15s")
+        never = threading.Event()  # the hung call never returns
+        raise ClientHung("send_offsets_to_transaction has not returned after 15s", never)
 
     def no_producer() -> None:  # the broker is still away: the replacement fails too
         raise ClientBroken("the producer could not start its transactions: timed out")
@@ -121,7 +123,7 @@ def test_a_broken_worker_neither_closes_nor_frees_its_clients(tmp_path: Path) ->
     gc.collect()
     assert [ref() is not None for ref in alive] == [True, True]
     assert broken.consumer is alive[0]()
-    assert broken.producer is alive[1]() or alive[1]() in broken._retired
+    assert broken.producer is alive[1]()
 
 
 @pytest.fixture
@@ -167,9 +169,14 @@ class _NewProducer:
         self.open = False
         self.committing = False
         self.closed = threading.Event()
+        self.retired_after: list[threading.Event | None] = []
 
     def close(self) -> None:
         self.closed.set()
+
+    def retire(self, hung: threading.Event | None) -> threading.Thread:
+        self.retired_after.append(hung)
+        return threading.Thread(target=self.close)
 
 
 class _RestoreJob:
@@ -206,9 +213,13 @@ def test_a_hung_producer_is_replaced_and_the_stores_catch_up(
     worker.committing = checkpoint
     worker._fenced = worker.read_fence.open()  # its commit, which reads wait for
     worker._stale_coordinator = True
-    worker._replace_producer("send_offsets_to_transaction has not returned after 3s")
+    returned = threading.Event()
+    worker._replace_producer(
+        ClientHung("send_offsets_to_transaction has not returned after 3s", returned)
+    )
     assert worker.read_fence.wait(0.0), "reads would wait for a commit nobody finishes"
-    assert worker.producer is not old and old in worker._retired
+    assert worker.producer is not old
+    assert old.retired_after == [returned]  # type: ignore[union-attr]
     assert worker.committing is None and worker.checkpoint is not checkpoint
     assert worker.checkpoint is not None and not worker.checkpoint.open
     assert worker.checkpoint.producer is worker.producer
@@ -237,3 +248,56 @@ def test_a_fresh_producer_waits_for_a_moment_between_transactions(
     assert worker.checkpoint.producer is worker.producer
     assert old.closed.wait(5)  # type: ignore[union-attr]
     worker.stores.close()
+
+
+class _RetiredClient:
+    """A librdkafka producer given up on: records what is called on it."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def purge(self, blocking: bool = True) -> None:
+        self.calls.append("purge")
+
+    def poll(self, timeout: float) -> None:
+        if self.calls[-1] != "poll":
+            self.calls.append("poll")
+
+    def close(self) -> None:
+        self.calls.append("close")
+
+
+def test_a_retired_producer_is_closed_and_freed_only_once_its_hung_call_returns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Kept until the process ended, every replaced producer held its handle and buffers
+    (a worker's RSS rose 5-10 MB with each broker restart that hung a call); closed
+    while its call still ran, `rd_kafka_destroy` would block or free what the call uses."""
+    monkeypatch.setattr(producer, "HUNG_AFTER_S", 0.1)
+    release = threading.Event()
+    with pytest.raises(ClientHung) as hung:
+        bounded("send_offsets_to_transaction", release.wait, 0.05)
+    client = _RetiredClient()
+    retired = object.__new__(producer.TransactionalProducer)
+    retired.client = client  # type: ignore[assignment]
+    alive = weakref.ref(retired)
+    closing = retired.retire(hung.value.returned)
+    del retired
+    time.sleep(0.3)
+    assert "close" not in client.calls and closing.is_alive()
+    gc.collect()
+    assert alive() is not None  # the hung call may still use it
+    release.set()
+    closing.join(5)
+    assert client.calls == ["purge", "poll", "close"]
+    del closing
+    gc.collect()
+    assert alive() is None
+
+
+def test_a_producer_given_up_on_without_a_call_running_is_closed_at_once() -> None:
+    client = _RetiredClient()
+    retired = object.__new__(producer.TransactionalProducer)
+    retired.client = client  # type: ignore[assignment]
+    retired.retire(None).join(5)
+    assert client.calls == ["purge", "poll", "close"]
