@@ -165,13 +165,16 @@ def test_a_run_is_cached_while_among_the_latest_used_and_used_within_the_idle_ti
     cache = SnapshotCache(capacity, idle_s=10.0, clock=clock)
     owner = cache.owner()
     snapshots = _SNAPSHOTS
-    model: dict[str, float] = {}  # run id -> last use, for runs the cache may hold
+    model: dict[str, float] = {}  # run id -> last use, least recently used first
 
     def keep(run_id: str) -> None:
-        model[run_id] = clock.now
-        # The bound, then the idle time, from the least recently used end.
-        while model and (len(model) > capacity or clock.now - min(model.values()) > cache.idle_s):
-            del model[min(model, key=model.__getitem__)]
+        model.pop(run_id, None)
+        model[run_id] = clock.now  # used last: at the end
+        # The bound, then the idle time, from the least recently used end (the first).
+        while model and (
+            len(model) > capacity or clock.now - next(iter(model.values())) > cache.idle_s
+        ):
+            del model[next(iter(model))]
 
     for op, n in ops:
         snapshot = snapshots[n % len(snapshots)]
@@ -194,6 +197,7 @@ def test_a_run_is_cached_while_among_the_latest_used_and_used_within_the_idle_ti
             found = cache.get(owner, run_id)
             if run_id in model and clock.now - model[run_id] <= cache.idle_s:
                 assert found is snapshot.compact() or found == snapshot
+                model.pop(run_id)
                 model[run_id] = clock.now
             else:
                 assert found is None
