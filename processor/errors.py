@@ -21,6 +21,6 @@ class ClientHung(ClientBroken):
     call does return at last (None: no call is left running, e.g. a queue that stayed
     full)."""
 
-    def __init__(self, message: str, returned: "threading.Event | None" = None) -> None:
+    def __init__(self, message: str, returned: threading.Event | None = None) -> None:
         super().__init__(message)
         self.returned = returned

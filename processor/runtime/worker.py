@@ -158,9 +158,6 @@ class Worker:
         self.consumer: Consumer | None = None
         # Kept until the process ends, also when broken (see producer.py).
         self.producer: TransactionalProducer | None = None
-        #: Producers given up on, each closed by a thread of its own once its hung call
-        #: returned (`TransactionalProducer.retire`).
-        self._retired: list[threading.Thread] = []
         #: The group lost its coordinator (partitions lost): the producer may have cached
         #: the dead one, and its next send_offsets_to_transaction would block on it.
         self._stale_coordinator = False
@@ -631,9 +628,7 @@ class Worker:
         old = self.producer
         self.producer = self._new_producer()  # ClientBroken if it cannot: restart in place
         # Only now, fenced by the new one's init, may the old one be closed.
-        hung = why.returned if isinstance(why, ClientHung) else None
-        self._retired = [t for t in self._retired if t.is_alive()]
-        self._retired.append(old.retire(hung))
+        old.retire(why.returned if isinstance(why, ClientHung) else None)
         self._stale_coordinator = False
         self.checkpoint = self._new_checkpoint()
         owned = self.stores.owned()
