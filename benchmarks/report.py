@@ -93,7 +93,11 @@ def markdown(results: dict[str, Any], where: Path = ROOT) -> str:
         f"{m['faust_streaming']}; quixstreams {m['quixstreams']}.",
         "",
         f"Input: the built-in machines' lives, {params['proposals']:,} proposals over "
-        f"{params['runs']:,} runs, {params['refused_share']:.0%} refused, 3 partitions.",
+        f"{params['runs']:,} runs, {params['refused_share']:.0%} refused, 3 partitions. "
+        f"Before any measured row, the ceiling drains it {params.get('warmup_drains', 0)} "
+        "times, untimed, on a broker just started: the broker's JIT compiles its request "
+        "paths meanwhile (on a cold broker the first drain ran at less than half the rate "
+        "of the next ones).",
         "",
         "The benchmark process (its load generator and its outcome reader, one Python "
         "process with its librdkafka threads) shares the machine with the broker and the "
