@@ -190,7 +190,10 @@ def main() -> None:
 #: request paths interpreted until the JIT has compiled them: the first drain on it read
 #: 10,125/s and the next three 22,842-25,773/s, with the broker's C2 compiler thread
 #: taking 20-46 % of a core beside the contender (top -H), on one of this machine's two.
-WARMUP_DRAINS = 4
+#: After four, a full run's measured ceiling still rose (22,680, then 56,796/s) and the
+#: native worker drained 7,602-9,315/s; after eight, in one sitting, the ceiling drained
+#: 49,749-60,241/s and the native worker 10,957-12,093/s.
+WARMUP_DRAINS = 8
 
 
 def warm_up_broker(bench: Bench, records: list[RawRecord], drains: int) -> None:
