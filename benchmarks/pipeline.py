@@ -53,6 +53,7 @@ FULL: dict[str, Any] = {
     "profile": 30_000,
     "before_commit": profile.BEFORE_COMMIT,
     "engine_n": 100_000,
+    "warmup_drains": 8,
 }
 QUICK: dict[str, Any] = {
     "runs": 200,
@@ -65,6 +66,8 @@ QUICK: dict[str, Any] = {
     "profile": 2_000,
     "before_commit": "",
     "engine_n": 5_000,
+    # One: the smoke run checks the warm-up works, not that the broker is warm.
+    "warmup_drains": 1,
 }
 ROOT = Path(__file__).resolve().parents[1]
 #: Who is offered the loads taken as fractions of the ceiling's rate. Faust (~500/s)
@@ -106,6 +109,11 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--engine-n", type=int, help="Engine decisions per round (0: none).")
     parser.add_argument(
+        "--warmup-drains",
+        type=int,
+        help="Untimed ceiling drains before any measured row (8; 1 with --quick).",
+    )
+    parser.add_argument(
         "--no-pair", action="store_true", help="Leave out the 2-worker throughput row."
     )
     parser.add_argument(
@@ -145,7 +153,7 @@ def main() -> None:
             "refused_share": refused_share(bench.keyring, plan_records),
             "repeats": args.repeats,
             "latency_seconds": args.latency_seconds,
-            "warmup_drains": WARMUP_DRAINS,
+            "warmup_drains": args.warmup_drains,
         }
         results["throughput"], results["pair"] = throughput(bench, args, chosen, plan_records)
         rate = {name: row["rate"]["median"] for name, row in results["throughput"].items()}
@@ -186,16 +194,13 @@ def main() -> None:
     )
 
 
-#: Untimed drains of the ceiling before any measured row. A broker just started runs its
-#: request paths interpreted until the JIT has compiled them: the first drain on it read
-#: 10,125/s and the next three 22,842-25,773/s, with the broker's C2 compiler thread
-#: taking 20-46 % of a core beside the contender (top -H), on one of this machine's two.
-#: After four, a full run's measured ceiling still rose (22,680, then 56,796/s) and the
-#: native worker drained 7,602-9,315/s; after eight, in one sitting, the ceiling drained
-#: 49,749-60,241/s and the native worker 10,957-12,093/s.
-WARMUP_DRAINS = 8
-
-
+# Why eight warm-up drains in a full run: a broker just started runs its request paths
+# interpreted until the JIT has compiled them. The first drain on it read 10,125/s and
+# the next three 22,842-25,773/s, with the broker's C2 compiler thread taking 20-46 % of
+# a core beside the contender (top -H), on one of this machine's two. After four, a
+# full run's measured ceiling still rose (22,680, then 56,796/s) and the native worker
+# drained 7,602-9,315/s; after eight, in one sitting, the ceiling drained
+# 49,749-60,241/s and the native worker 10,957-12,093/s.
 def warm_up_broker(bench: Bench, records: list[RawRecord], drains: int) -> None:
     """Drain `records` with the ceiling `drains` times, on topics of their own, results
     dropped: every measured row then runs on a broker past its JIT warm-up."""
@@ -220,7 +225,7 @@ def throughput(
     cpus: dict[str, list[float]] = {name: [] for name in names}
     theirs: dict[str, list[float]] = {name: [] for name in names}
     console = bench.console
-    warm_up_broker(bench, records, WARMUP_DRAINS)
+    warm_up_broker(bench, records, args.warmup_drains)
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("throughput", total=args.repeats * len(names))
         for repeat in range(args.repeats):
