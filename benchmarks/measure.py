@@ -153,7 +153,14 @@ def load(setup: Setup, records: Sequence[RawRecord]) -> None:
         }
     )
     for n, record in enumerate(records):
-        producer.produce(setup.names.proposals, record.value, record.key, headers=record.headers)
+        while True:
+            try:
+                producer.produce(
+                    setup.names.proposals, record.value, record.key, headers=record.headers
+                )
+                break
+            except BufferError:  # its queue holds 100,000 records: wait for some to go
+                producer.poll(0.05)
         if n % 10_000 == 0:
             producer.poll(0)
     producer.flush(120)

@@ -94,10 +94,10 @@ def markdown(results: dict[str, Any], where: Path = ROOT) -> str:
         "",
         f"Input: the built-in machines' lives, {params['proposals']:,} proposals over "
         f"{params['runs']:,} runs, {params['refused_share']:.0%} refused, 3 partitions. "
-        f"Before any measured row, the ceiling drains it {params.get('warmup_drains', 0)} "
-        "times, untimed, on a broker just started: the broker's JIT compiles its request "
-        "paths meanwhile (on a cold broker the first drain ran at less than half the rate "
-        "of the next ones).",
+        f"{ceiling_input(params)}Before any measured row, the ceiling drains its input "
+        f"{params.get('warmup_drains', 0)} times, untimed, on a broker just started: the "
+        "broker's JIT compiles its request paths meanwhile (on a cold broker the first "
+        "drain ran at less than half the rate of the next ones).",
         "",
         "The benchmark process (its load generator and its outcome reader, one Python "
         "process with its librdkafka threads) shares the machine with the broker and the "
@@ -292,3 +292,14 @@ def _profile(after: dict[str, Any] | None, again: dict[str, Any] | None, where: 
     if links:
         lines += [f"Flame graphs of the main thread, coloured by stage: {links}.", ""]
     return lines
+
+
+def ceiling_input(params: dict[str, Any]) -> str:
+    """The sentence saying the ceiling drains a larger input, when it does."""
+    scale = params.get("ceiling_scale", 1)
+    if scale <= 1:
+        return ""
+    return (
+        f"The ceiling drains {scale} times as many proposals (more lives of the same "
+        "machines), so that its drain too lasts seconds: its rate is per second either way. "
+    )
