@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install tools demo test unit integration test-docker images lock bench bench-profile bench-engine faults soak
+.PHONY: install tools demo test unit integration test-docker images lock bench bench-profile bench-engine bench-path faults soak
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -87,6 +87,10 @@ bench-profile: install
 ## bench-engine: decisions per second of the engine, against a reference transition() in plain Python
 bench-engine: install
 	$(BIN)/python benchmarks/engine.py
+
+## bench-path: the native worker's per-proposal path without Kafka, µs by stage, against decide_record alone
+bench-path: install
+	$(BIN)/python -m benchmarks.path
 
 ## faults: the fault harness, full size (kills, scaling, zombie, hostile input, broker restart; on a 3-node cluster: leader, coordinator kills, rolling restart, pause, lost disk)
 faults: install

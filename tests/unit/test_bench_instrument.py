@@ -137,3 +137,19 @@ def test_answered_over_offered_is_the_contenders_rate_when_it_falls_behind() -> 
     assert found.answered_ratio == pytest.approx(0.4, abs=0.02)
     assert found.achieved == pytest.approx(400, rel=0.05)
     assert found.p50_ms > 5000
+
+
+def test_the_path_benchmark_decides_as_the_worker_does() -> None:
+    from benchmarks.path import STAGES, path_round, peer_round
+    from benchmarks.workload import for_topic, lives
+    from processor.keyring import generate_keyring
+    from processor.topics import TopicNames
+
+    keyring = generate_keyring().model_copy(update={"signature_max_age_ms": 10**15})
+    topics = TopicNames.with_prefix("path.")
+    records = for_topic(lives(keyring, 30, 300, 8), keyring, topics.proposals)
+    spent, commits = path_round(records, keyring, topics)
+    assert set(spent) == set(STAGES) and all(s > 0 for s in spent.values())
+    # The lives refuse about a tenth of their proposals; the rest commit.
+    assert len(records) * 0.6 < commits < len(records)
+    assert peer_round(records, keyring, topics) > 0
