@@ -25,6 +25,8 @@ def test_benchmark_command_writes_every_figure(kafka_bootstrap: str, tmp_path: P
             "0.2",
             "--growth",
             "300,600",
+            "--ceiling-scale",
+            "2",
             "--markdown",
             str(out_md),
             "--json",
@@ -49,3 +51,4 @@ def test_benchmark_command_writes_every_figure(kafka_bootstrap: str, tmp_path: P
     assert 0.05 < results["parameters"]["refused_share"] < 0.5
     text = out_md.read_text()
     assert "## Targets" in text and "sqlite" in text
+    assert results["parameters"]["ceiling_scale"] == 2 and "The ceiling drains 2 times" in text
