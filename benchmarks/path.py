@@ -38,6 +38,7 @@ from processor.pipeline import (
     admit_record,
     decide_admitted,
     decide_record,
+    outcome_run_id,
 )
 from processor.runtime.store import PartitionStore, PartitionTransaction
 from processor.topics import TopicNames
@@ -48,14 +49,6 @@ PARTITIONS = 3
 #: Records per store batch: the worker's consume batch.
 BATCH = 500
 _NOW = 1_800_000_000_000
-
-
-def _run_id(outcome: Outcome) -> str | None:
-    if isinstance(outcome, Commit | Beat):
-        return outcome.snapshot.run_id
-    if isinstance(outcome, Forget):
-        return outcome.transition.run_id
-    return getattr(outcome, "run_id", None)
 
 
 def path_round(
@@ -96,7 +89,7 @@ def path_round(
             source = Source(topics.proposals, partition, n, record.key, record.value, at)
             out = outcome_records(topics, outcome, source)
             t3 = clock()
-            run_id = _run_id(outcome)
+            run_id = outcome_run_id(outcome)
             observed.stage(txn.snapshot(run_id) if run_id else None, outcome)
             if isinstance(outcome, Rejection) and outcome.run_id and txn.snapshot(outcome.run_id):
                 txn.stage_refusal(outcome, out[0].value)

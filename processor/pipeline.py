@@ -239,6 +239,15 @@ _TRANSITION_JSON = Transition.__pydantic_serializer__.to_json
 _SNAPSHOT_JSON = RunSnapshot.__pydantic_serializer__.to_json
 
 
+def outcome_run_id(outcome: Outcome) -> str | None:
+    """The run an outcome is about, when it names one (a DLQ reason does not)."""
+    if isinstance(outcome, Commit | Beat):
+        return outcome.snapshot.run_id
+    if isinstance(outcome, Forget):
+        return outcome.transition.run_id
+    return getattr(outcome, "run_id", None)
+
+
 def _shown(key: bytes) -> str:
     """A record key for a message: its text when it is short UTF-8, else its size."""
     if len(key) <= 300:

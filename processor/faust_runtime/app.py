@@ -50,7 +50,13 @@ from processor.keyring import KeyringWatch
 from processor.logs import log_outcomes, logged
 from processor.metrics import MetricsBatch
 from processor.outputs import OutputRecord, Source, dead_letter_record, outcome_records
-from processor.pipeline import DeadLetterReason, Outcome, Placement, decide_record
+from processor.pipeline import (
+    DeadLetterReason,
+    Outcome,
+    Placement,
+    decide_record,
+    outcome_run_id,
+)
 from processor.punctuator import Punctuator, timer_key
 from processor.read_fence import ReadFence
 from schemas.messages import RunSnapshot
@@ -347,13 +353,7 @@ def build_app(
             # `runs[key] = ...` sends the changelog record whenever its buffer drains,
             # possibly after the offset is committed; a crash there lost the record, and
             # recovery replayed older ones over the newer store.
-            run_id = (
-                outcome.snapshot.run_id
-                if isinstance(outcome, Commit | Beat)
-                else outcome.transition.run_id
-                if isinstance(outcome, Forget)
-                else getattr(outcome, "run_id", None)
-            )
+            run_id = outcome_run_id(outcome)
             previous = looked_up(run_id) if run_id else None
             # This runtime's own changelog records go before the run's snapshot (or
             # tombstone), which is always last: only that one names the proposal's offset

@@ -58,6 +58,7 @@ from processor.pipeline import (
     Placement,
     admit_record,
     decide_admitted,
+    outcome_run_id,
 )
 from processor.punctuator import Punctuator, timer_key
 from processor.read_fence import ReadFence
@@ -455,13 +456,7 @@ class Worker:
             log.exception("publishing %s[%s]@%s failed", source.topic, partition, offset)
             outcome = DeadLetterReason(f"internal error while encoding its outcome: {exc!r}")
             records = [dead_letter_record(self.topics, source, outcome.reason, SMALL)]
-        run_id = (
-            outcome.snapshot.run_id
-            if isinstance(outcome, Commit | Beat)
-            else outcome.transition.run_id
-            if isinstance(outcome, Forget)
-            else getattr(outcome, "run_id", None)
-        )
+        run_id = outcome_run_id(outcome)
         checkpoint.observed.stage(store.snapshot(run_id) if run_id else None, outcome)
         checkpoint.decided(outcome)
         # In the batch before producing: a produce refused at once names this record.
