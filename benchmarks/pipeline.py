@@ -238,12 +238,11 @@ def throughput(
     # pause moved its rate by tens of percent (three drains read 24,937 to 168,252/s):
     # it drains a larger input of the same lives, timed over seconds as the others are.
     larger = args.ceiling_scale > 1 and "ceiling" in chosen
-    with console.status(f"walking {args.ceiling_scale}x the input for the ceiling"):
-        ceiling_records = (
-            bench.records(args.runs * args.ceiling_scale, len(records) * args.ceiling_scale, 8)
-            if larger
-            else records
-        )
+    ceiling_records = records
+    if larger:
+        with console.status(f"walking {args.ceiling_scale}x the input for the ceiling"):
+            scale = args.ceiling_scale
+            ceiling_records = bench.records(args.runs * scale, len(records) * scale, 8)
     warm_up_broker(bench, ceiling_records, args.warmup_drains)
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("throughput", total=args.repeats * len(names))
