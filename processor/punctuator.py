@@ -156,13 +156,25 @@ class Punctuator:
         """`timer_key` is a runtime key that signs deadlines."""
         self.topics = topics
         self.timer_key = timer_key
+        # Runs whose stored snapshot could not be read: said once, not on every tick.
+        self._unreadable: set[str] = set()
 
     def fire(self, now_ms: int, store: TimerState, due_runs: Iterable[str]) -> Iterator[Firing]:
         """Every timer of `due_runs` (the runs of the partition with a timer due at
         `now_ms`; more is harmless) that is due and has not fired, marked fired in
         `store` as it is yielded."""
         for run_id in due_runs:
-            snapshot = store.snapshot(run_id)
+            try:
+                snapshot = store.snapshot(run_id)
+            except Exception:  # one unreadable run must not crash-loop the worker
+                if run_id not in self._unreadable:
+                    self._unreadable.add(run_id)
+                    log.exception(
+                        "run %s: its snapshot in the store could not be read, so its timers "
+                        "do not fire; its proposals go to the DLQ with the reason",
+                        run_id,
+                    )
+                continue
             if snapshot is None:
                 continue
             for timer in snapshot.timers:

@@ -1,6 +1,8 @@
 """The Faust runtime's timers: its in-memory due index and the punctuator over its table
 (no broker, no Faust app)."""
 
+import pytest
+
 from processor.faust_runtime.timers import DueIndex, TableTimers, fired_key
 from processor.keyring import SigningKey
 from processor.outputs import FIRED_CHANGELOG_PREFIX
@@ -105,3 +107,32 @@ def test_punctuator_over_the_table_marks_each_timer_once() -> None:
     again.rebuild(2, table.data[2].items())
     assert again.due_runs(2, 10_000) == []
     assert list(punctuator.fire(10_000, TableTimers(table, 2), ["r1"])) == []
+
+
+def test_a_run_whose_snapshot_cannot_be_read_does_not_stop_the_others(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Found by review: a stored snapshot that raised on reading (nested past the parser's
+    limit) crashed the punctuator on every tick, so the worker restarted in a loop. Now
+    that run's timers are skipped and said once; the others fire."""
+    table = Table()
+    for run_id in ("bad", "good"):
+        table.write(2, snapshot(run_id, 4, ("approval", 100)))
+    state = TableTimers(table, 2)
+
+    class Unreadable:
+        def snapshot(self, run_id: str) -> RunSnapshot | None:
+            if run_id == "bad":
+                raise ValueError("recursion limit exceeded")
+            return state.snapshot(run_id)
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(state, name)
+
+    punctuator = Punctuator(TopicNames.with_prefix("t."), SigningKey.hmac("runtime", "s" * 16))
+    for _ in range(3):
+        firings = list(punctuator.fire(150, Unreadable(), ["bad", "good"]))  # type: ignore[arg-type]
+        assert [f.snapshot.run_id for f in firings] == (["good"] if _ == 0 else [])
+        state.persist("good")
+    said = [r for r in caplog.records if "could not be read" in r.getMessage()]
+    assert len(said) == 1 and "bad" in said[0].getMessage()

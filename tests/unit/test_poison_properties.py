@@ -154,10 +154,24 @@ json_value = json_values(text_any)
 clean_json = json_values(clean_text)
 
 
+@st.composite
+def deeply_nested(draw: st.DrawFn) -> Any:
+    """Objects and arrays, mixed, nested around the payload's depth limit (64) and around
+    the parser's recursion limit (about 200, the depth that once committed and then could
+    not be read back from the run's snapshot)."""
+    depth = draw(st.one_of(st.integers(60, 68), st.integers(185, 215)))
+    rng = draw(st.randoms(use_true_random=False))
+    value: Any = rng.choice([None, 1, "x", [], {}])
+    for _ in range(depth):
+        value = [value] if rng.random() < 0.5 else {"k": value}
+    return value
+
+
 def step_results(values: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
     """Step results: small, large (around every limit), multi-byte, nested."""
     return st.one_of(
         values,
+        deeply_nested(),
         st.integers(0, 7_000).map(lambda n: "r" * n),
         st.integers(0, 2_500).map(lambda n: "é" * n),
         st.integers(0, 400).map(lambda n: {"rows": ["x" * 9] * n}),
@@ -278,7 +292,9 @@ def proposal_values(
     if draw(st.integers(0, 4)) > 0:
         obj["payload"] = draw(payloads(event, hostile, snapshot))
     if draw(st.integers(0, 3)) == 0:
-        obj["metadata"] = draw(st.dictionaries(text, values, max_size=3))
+        obj["metadata"] = draw(
+            st.dictionaries(text, st.one_of(values, deeply_nested()), max_size=3)
+        )
     if draw(st.integers(0, 3)) == 0:
         obj["reason"] = draw(st.one_of(text, st.sampled_from(["why" * 85, "why" * 86])))
     if draw(st.integers(0, 3)) == 0:
@@ -684,6 +700,60 @@ def test_an_integer_no_hash_could_hold_is_refused(number: bytes) -> None:
     assert isinstance(outcome, Rejection), outcome
     assert outcome.code is RejectionCode.SCHEMA_INVALID and outcome.run_id == "r"
     assert "beyond ±(2**53-1)" in outcome.detail and " at .x[0] " in outcome.detail
+
+
+@pytest.mark.parametrize("depth", [63, 64, 65, 150, 196, 197, 198, 199, 200, 260, 50_000])
+@pytest.mark.parametrize("shape", ["[", '{"k":'])
+def test_what_commits_reads_back_however_deep(depth: int, shape: str) -> None:
+    """Found by review: a step result nested about 199 levels committed, but the run's
+    snapshot (the result a few levels deeper) passed the parser's recursion limit, and
+    every later read of it raised (a worker restarting into its timers crashed in a
+    loop). Payload and metadata nest at most 64 levels: deeper is refused
+    schema_invalid, far deeper goes to the DLQ; whatever commits reads back."""
+    close = "]" if shape == "[" else "}"
+    inner = (shape * depth + "1" + close * depth).encode()
+    body = b'{"run_id":"r","proposal_id":"q","event":"step_succeeded","payload":{"step":"s",'
+    for value in (
+        body + b'"result":' + inner + b"}}",
+        CREATE_R + b',"metadata":{"x":' + inner + b"}}",
+    ):
+        for snapshot in (None, _executing_step("r", "s")):
+            headers = signing_key_from(KEYRING, "runtime").headers(SOURCE_TOPIC, b"r", value, NOW)
+            limit = 10**6
+            outcome = _decide(b"r", value, headers, NOW, lambda _, s=snapshot: s, limit, limit)
+            nesting = depth + 1  # the payload or metadata object itself is a level
+            if isinstance(outcome, DeadLetterReason):
+                assert nesting > 64 and "nested too deeply" in outcome.reason, outcome
+                continue
+            if isinstance(outcome, Rejection):
+                if outcome.code is RejectionCode.SCHEMA_INVALID:
+                    assert nesting > 64, outcome
+                continue
+            assert nesting <= 64, f"nested {nesting} levels and committed"
+            assert isinstance(outcome, Commit), outcome
+            transition, encoded = _encoded(outcome)
+            assert Transition.model_validate_json(transition) == outcome.transition
+            assert RunSnapshot.model_validate_json(encoded) == outcome.snapshot
+
+
+def _executing_step(run_id: str, step: str) -> RunSnapshot:
+    """A task_lifecycle run, running, with `step` executing (a result may commit)."""
+    runs: dict[str, RunSnapshot] = {}
+    signer = signing_key_from(KEYRING, "runtime")
+    for n, (event, payload) in enumerate(
+        [
+            ("create", {"machine": "task_lifecycle"}),
+            ("start", {}),
+            ("step_started", {"step": step, "idempotency_key": "k"}),
+        ]
+    ):
+        obj = {"run_id": run_id, "proposal_id": f"e{n}", "event": event, "payload": payload}
+        value = json.dumps(obj).encode()
+        headers = signer.headers(SOURCE_TOPIC, run_id.encode(), value, NOW)
+        outcome = _decide(run_id.encode(), value, headers, NOW, runs.get, 10**6, 10**6)
+        assert isinstance(outcome, Commit), outcome
+        runs[run_id] = outcome.snapshot
+    return runs[run_id]
 
 
 # -- the store --------------------------------------------------------------------------
