@@ -3,7 +3,6 @@ runtime-signed proposal on the proposals topic, an alert a record on the alerts 
 and the mark that it fired goes to the changelog in the same transaction, so no restart
 fires it again. Driven by any runtime with "now" and a partition's store."""
 
-import hashlib
 import json
 import logging
 from collections.abc import Iterable, Iterator
@@ -12,12 +11,12 @@ from pathlib import Path
 from typing import Protocol
 
 from processor.engine.lint import TIMER_AUTHORITY
+from processor.engine.timers import timer_proposal_id
 from processor.errors import WorkerError
 from processor.keyring import Keyring, KeyringError, SigningKey, load_signing_key
 from processor.outputs import FIRED_CHANGELOG_PREFIX, OutputRecord
 from processor.signatures import ed25519_public_key
 from processor.topics import TopicNames
-from schemas.identifiers import MAX_PROPOSAL_ID_BYTES
 from schemas.messages import Alert, Proposal, RunSnapshot, Timer
 
 log = logging.getLogger("runstate.worker")
@@ -139,18 +138,6 @@ class Firing:
             log.warning("alert %s: run %s in %s", timer.name, snapshot.run_id, snapshot.state)
 
 
-def timer_proposal_id(run_id: str, timer: Timer) -> str:
-    """The id of a deadline's proposal. Deterministic: were it ever sent twice, the second
-    would be a `duplicate`. It names the run, so it is unique across runs too (tools key
-    outcomes by it); a run id too long for the id's 128 bytes is named by its SHA-256
-    (seen: a long run id made the punctuator fail on every tick)."""
-    readable = f"timer:{run_id}:{timer.revision}:{timer.name}"
-    if len(readable.encode()) <= MAX_PROPOSAL_ID_BYTES:
-        return readable
-    digest = hashlib.sha256(run_id.encode()).hexdigest()[:32]
-    return f"timer:{digest}:{timer.revision}:{timer.name}"
-
-
 class Punctuator:
     def __init__(self, topics: TopicNames, timer_key: SigningKey) -> None:
         """`timer_key` is a runtime key that signs deadlines."""
@@ -202,7 +189,7 @@ class Punctuator:
     def deadline(self, snapshot: RunSnapshot, timer: Timer, now_ms: int) -> OutputRecord:
         assert timer.event is not None
         proposal = Proposal(
-            proposal_id=timer_proposal_id(snapshot.run_id, timer),
+            proposal_id=timer_proposal_id(snapshot.run_id, timer.revision, timer.name),
             run_id=snapshot.run_id,
             event=timer.event,
             reason=timer.reason,

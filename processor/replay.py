@@ -41,7 +41,9 @@ def proposal_of(transition: Transition) -> Proposal:
             "proposal_id": transition.proposal_id,
             "run_id": transition.run_id,
             "event": transition.event,
-            "expected_revision": None,  # it matched when committed; it changes nothing else
+            # Whatever it was, it matched: the run was then one revision behind. Said, since
+            # a deadline's proposal is known by it (its id names the revision).
+            "expected_revision": transition.revision - 1 if transition.revision else None,
             "reason": transition.reason,
             "payload": transition.payload,
             "metadata": transition.metadata,

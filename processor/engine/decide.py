@@ -51,7 +51,7 @@ from processor.engine.lint import CREATE_EVENT, FORGET_EVENT, MIGRATE_EVENT, TIM
 from processor.engine.machine import Edge, Machine, machine_for
 from processor.engine.scope import Scope
 from processor.engine.steps import apply_step
-from processor.engine.timers import EXPIRING, arm_timers
+from processor.engine.timers import EXPIRING, TIMER_ID_PREFIX, arm_timers, timer_proposal_id
 from schemas.audit import transition_hash
 from schemas.base import describe_errors
 from schemas.codes import RejectionCode as Code
@@ -156,6 +156,9 @@ def decide(
     out_of_scope = None if scope is None else scope.refuses(machine.name, proposal.run_id)
     if out_of_scope:
         return _reject(Code.UNAUTHORIZED, out_of_scope, proposal, principal, snapshot, now_ms)
+    borrowed = _borrowed_timer_id(proposal, principal)
+    if borrowed:
+        return _reject(Code.UNAUTHORIZED, borrowed, proposal, principal, snapshot, now_ms)
     original = _original_revision(snapshot, proposal.proposal_id, seen)
     if original is not None:
         return _reject_duplicate(proposal, principal, snapshot, original, now_ms)
@@ -772,12 +775,38 @@ def _stale(
     return None
 
 
+def _borrowed_timer_id(proposal: Proposal, principal: Principal) -> str | None:
+    """Why a proposal may not use its id, when it is a deadline's (`timer:...`) and the
+    proposal is not that deadline: the runtime's, expecting the revision and naming the
+    timer the id is made of. Else a proposal sent first with the id of a deadline to come
+    would make that deadline a `duplicate`, and the run would wait for it for ever. A
+    proposal that is the deadline may commit it only where the deadline would: at the
+    revision the id names, so the deadline that arrives after it is stale anyway."""
+    proposal_id = proposal.proposal_id
+    if not proposal_id.startswith(TIMER_ID_PREFIX):
+        return None
+    name, revision = proposal.metadata.get("timer"), proposal.expected_revision
+    if (
+        principal.authority == TIMER_AUTHORITY
+        and isinstance(name, str)
+        and revision is not None
+        and proposal_id == timer_proposal_id(proposal.run_id, revision, name)
+    ):
+        return None
+    return (
+        f"proposal ids beginning '{TIMER_ID_PREFIX}' are those of the processor's deadlines "
+        f"({TIMER_ID_PREFIX}<run>:<revision>:<timer>, sent by the {TIMER_AUTHORITY} with "
+        "that expected revision and metadata.timer); choose another id"
+    )
+
+
 def _moved_deadline(snapshot: RunSnapshot, proposal: Proposal, now_ms: int) -> str | None:
     """Why a deadline the processor proposed no longer holds, if it does not: the timer
     it names has been moved past the proposal's time (a heartbeat came in after the
-    timer was armed; a transition would already have failed its expected revision)."""
+    timer was armed; a transition would already have failed its expected revision).
+    Metadata is the sender's free-form JSON: `timer` may be any value."""
     name = proposal.metadata.get("timer")
-    if name not in EXPIRING:
+    if not isinstance(name, str) or name not in EXPIRING:
         return None
     armed = next((t for t in snapshot.timers if t.kind == "deadline" and t.name == name), None)
     if armed is None or armed.due_at_ms <= now_ms:

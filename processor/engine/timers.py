@@ -6,6 +6,7 @@ and the retry jitter from the run id and revision, so a replay arms the same tim
 import hashlib
 
 from processor.engine.machine import Machine
+from schemas.identifiers import MAX_PROPOSAL_ID_BYTES
 from schemas.messages import Deadlines, Timer
 
 RETRY_REASON = "retry_backoff"
@@ -13,6 +14,21 @@ RETENTION = "retention"  # the timer, and the reason of the `forget` it proposes
 #: Deadlines that expire (a proposal after them is decided after them); named after the
 #: timeout kinds of machine files. The retry timer is a schedule, not an expiry.
 EXPIRING = frozenset({"approval", "heartbeat"})
+#: How the proposal ids of deadlines begin; no other proposal may use one (see decide).
+TIMER_ID_PREFIX = "timer:"
+
+
+def timer_proposal_id(run_id: str, revision: int, name: str) -> str:
+    """The id of the proposal a run's deadline `name`, armed at `revision`, becomes.
+    Deterministic: were it ever sent twice, the second would be a `duplicate`. It names
+    the run, so it is unique across runs too (tools key outcomes by it); a run id too
+    long for the id's 128 bytes is named by its SHA-256 (seen: a long run id made the
+    punctuator fail on every tick)."""
+    readable = f"{TIMER_ID_PREFIX}{run_id}:{revision}:{name}"
+    if len(readable.encode()) <= MAX_PROPOSAL_ID_BYTES:
+        return readable
+    digest = hashlib.sha256(run_id.encode()).hexdigest()[:32]
+    return f"{TIMER_ID_PREFIX}{digest}:{revision}:{name}"
 
 
 def retry_delay_ms(

@@ -58,12 +58,12 @@ def test_different_batches_do_not_add_up() -> None:
 
 
 def test_deadline_proposal_ids_fit_and_stay_unique() -> None:
-    from processor.punctuator import timer_proposal_id
+    from processor.engine.timers import timer_proposal_id
     from schemas.identifiers import is_proposal_id
     from schemas.messages import Timer
 
     timer = Timer(kind="deadline", name="heartbeat", due_at_ms=1, event="x", revision=12)
-    assert timer_proposal_id("r-1", timer) == "timer:r-1:12:heartbeat"
+    assert timer_proposal_id("r-1", timer.revision, timer.name) == "timer:r-1:12:heartbeat"
     long_ids = ["é" * 128, "é" * 127 + "e", "a" * 256]  # 256 bytes, each
-    made = {timer_proposal_id(run_id, timer) for run_id in long_ids}
+    made = {timer_proposal_id(run_id, timer.revision, timer.name) for run_id in long_ids}
     assert len(made) == 3 and all(is_proposal_id(i) for i in made)
