@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from processor.engine import Commit, Machine
+from processor.engine import Commit, Forget, Machine
+from processor.engine.lint import FORGET_EVENT
 from processor.engine.machine import with_current
 from processor.intake import DEFAULT_MAX_PROPOSAL_BYTES, Headers
 from processor.keyring import Keyring
@@ -68,8 +69,12 @@ def verify_partition(
     runs = RunsInMemory()
     expected: list[Transition] = []
     created = _created_with(transitions)
+    creations: dict[bytes, int] = {}  # run key -> its creations decided so far
     for record in proposals:
-        pinned = created.get(record.key or b"")
+        key = record.key or b""
+        versions = created.get(key, [])
+        made = creations.get(key, 0)
+        pinned = versions[min(made, len(versions) - 1)] if versions else None
         outcome = decide_record(
             record.key,
             record.value,
@@ -85,8 +90,10 @@ def verify_partition(
             max_state_bytes=max_state_bytes,
         )
         runs.apply(outcome)
-        if isinstance(outcome, Commit):
+        if isinstance(outcome, Commit | Forget):  # a forget is a transition too
             expected.append(outcome.transition)
+            if outcome.transition.revision == 0:
+                creations[key] = made + 1
 
     last_hash: dict[str, str] = {}
     for index, record in enumerate(transitions):
@@ -125,7 +132,10 @@ def verify_partition(
                     f"{found.transition_id}: prev_hash breaks the run's chain",
                 )
             )
-        last_hash[found.run_id] = found.hash
+        if found.event == FORGET_EVENT:  # the run is gone: its id may begin a new chain
+            last_hash.pop(found.run_id, None)
+        else:
+            last_hash[found.run_id] = found.hash
     for missing in expected[len(transitions) :]:
         findings.append(
             Finding(
@@ -135,11 +145,12 @@ def verify_partition(
     return findings
 
 
-def _created_with(transitions: Sequence[Record]) -> dict[bytes, tuple[str, str | None]]:
-    """Run key -> (machine, version) its creation got. Which version new runs get
-    changes with deploys, which the proposals do not record: each creation is decided
-    again by the version its transition names (that version must be held here)."""
-    found = {}
+def _created_with(transitions: Sequence[Record]) -> dict[bytes, list[tuple[str, str | None]]]:
+    """Run key -> (machine, version) each of its creations got, in order (a run id is
+    created again once its run is forgotten). Which version new runs get changes with
+    deploys, which the proposals do not record: each creation is decided again by the
+    version its transition names (that version must be held here)."""
+    found: dict[bytes, list[tuple[str, str | None]]] = {}
     for record in transitions:
         if record.value is not None and b'"revision":0,' in record.value:
             try:
@@ -147,7 +158,7 @@ def _created_with(transitions: Sequence[Record]) -> dict[bytes, tuple[str, str |
             except ValidationError:
                 continue
             if t.revision == 0:
-                found[t.run_id.encode()] = (t.machine, t.machine_version)
+                found.setdefault(t.run_id.encode(), []).append((t.machine, t.machine_version))
     return found
 
 

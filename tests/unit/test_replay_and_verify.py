@@ -1,12 +1,18 @@
 """Replay from transitions and verification against proposals, without a broker."""
 
 from processor.audit import Record, verify_partition, verify_runs_across_partitions
-from processor.engine import Commit
+from processor.engine import Commit, Forget
+from processor.engine.machine import Catalog
+from processor.engine.parse import parse_machine
+from processor.intake import Headers
 from processor.keyring import Keyring, generate_keyring, signing_key_from
-from processor.machines import builtin_machines
+from processor.machines import builtin_machines, builtin_source
 from processor.pipeline import RunsInMemory, decide_record
+from processor.punctuator import Punctuator
 from processor.replay import apply_transitions
+from processor.topics import TopicNames
 from schemas import Proposal, Transition
+from schemas.audit import transition_hash
 from tests.unit.driver import APPROVER, Driver
 
 MACHINES = builtin_machines()
@@ -156,3 +162,66 @@ def test_verify_reports_a_run_with_chains_in_two_partitions() -> None:
     findings = verify_runs_across_partitions({0: transitions, 2: moved})
     assert len(findings) == 1 and findings[0].partition == 2
     assert "second chain" in findings[0].detail and "partition 0" in findings[0].detail
+
+
+def test_verify_follows_a_run_forgotten_and_created_again() -> None:
+    """Found by review: verify counted only commits, so a retention `forget` (a
+    transition too) was reported as differing, and the run id's new chain after it as
+    broken; and every creation of a run id was decided again by its last creation's
+    machine version. A run forgotten, then created again under a newer version, checks
+    clean; a break in the new chain is still found."""
+    source = builtin_source("run_state").replace("name: run_state", "name: short")
+    v1 = parse_machine(source + "\nretention_ms: 5000\n", "short.yaml")
+    v2 = parse_machine(source + "\nretention_ms: 6000\n", "short.yaml")
+    assert v1.version != v2.version
+    keyring = generate_keyring()
+    runtime = signing_key_from(keyring, "runtime")
+    punctuator = Punctuator(TopicNames.with_prefix(), runtime)
+    runs = RunsInMemory()
+    proposals: list[Record] = []
+    transitions: list[Record] = []
+
+    def send(machines: Catalog, value: bytes, headers: Headers, at_ms: int) -> object:
+        proposals.append(Record(0, len(proposals), b"r", value, headers, at_ms))
+        outcome = decide_record(
+            b"r", value, headers, at_ms, topic=TOPIC, keyring=keyring, machines=machines,
+            lookup=runs.lookup, seen=runs.seen, placement=None,
+        )  # fmt: skip
+        runs.apply(outcome)
+        if isinstance(outcome, Commit | Forget):
+            raw = outcome.transition.model_dump_json().encode()
+            transitions.append(Record(0, len(transitions), b"r", raw, None, at_ms))
+        return outcome
+
+    def propose(machines: Catalog, event: str, pid: str, at_ms: int, **fields: object) -> object:
+        proposal = Proposal(proposal_id=pid, run_id="r", event=event, **fields)  # type: ignore[arg-type]
+        value = proposal.model_dump_json(exclude_none=True).encode()
+        return send(machines, value, runtime.headers(TOPIC, b"r", value, at_ms), at_ms)
+
+    first, second = Catalog([*MACHINES.values(), v1]), Catalog([*MACHINES.values(), v2], [v1])
+    assert isinstance(propose(first, "create", "c1", 1_000, payload={"machine": "short"}), Commit)
+    propose(first, "start", "s1", 1_001)
+    propose(first, "complete", "d1", 1_002)
+    snapshot = runs.lookup("r")
+    assert snapshot is not None
+    timer = next(t for t in snapshot.timers if t.name == "retention")
+    record = punctuator.deadline(snapshot, timer, timer.due_at_ms + 1)
+    assert record.headers is not None
+    forgot = send(second, record.value, record.headers, timer.due_at_ms + 1)
+    assert isinstance(forgot, Forget)
+    again = propose(second, "create", "c2", timer.due_at_ms + 10, payload={"machine": "short"})
+    assert isinstance(again, Commit) and again.transition.machine_version == v2.version
+    propose(second, "start", "s2", timer.due_at_ms + 11)
+
+    def verify(found: list[Record]) -> list[str]:
+        return [
+            str(f)
+            for f in verify_partition(0, proposals, found, topic=TOPIC, machines=second, keyring=keyring)
+        ]  # fmt: skip
+
+    assert verify(transitions) == []
+    last = Transition.model_validate_json(transitions[-1].value or b"")
+    broken = last.model_copy(update={"prev_hash": "0" * 64})
+    broken = broken.model_copy(update={"hash": transition_hash(broken.__dict__)})
+    edited = [*transitions[:-1], Record(0, transitions[-1].offset, b"r", broken.model_dump_json().encode(), None, 0)]  # fmt: skip
+    assert any("prev_hash breaks the run's chain" in f for f in verify(edited))
