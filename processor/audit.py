@@ -6,6 +6,7 @@ record by record. Independently, every transition's hash is recomputed and every
 run's chain of `prev_hash` links checked. Any difference is reported with its offset.
 """
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -16,9 +17,18 @@ from processor.engine.lint import FORGET_EVENT
 from processor.engine.machine import with_current
 from processor.intake import DEFAULT_MAX_PROPOSAL_BYTES, Headers
 from processor.keyring import Keyring
-from processor.pipeline import DEFAULT_MAX_STATE_BYTES, Placement, RunsInMemory, decide_record
+from processor.pipeline import (
+    DEFAULT_MAX_STATE_BYTES,
+    DeadLetterReason,
+    Outcome,
+    Placement,
+    RunsInMemory,
+    decide_record,
+)
 from schemas.audit import transition_hash
 from schemas.messages import Transition
+
+log = logging.getLogger("runstate.verify")
 
 
 @dataclass(frozen=True)
@@ -75,20 +85,26 @@ def verify_partition(
         versions = created.get(key, [])
         made = creations.get(key, 0)
         pinned = versions[min(made, len(versions) - 1)] if versions else None
-        outcome = decide_record(
-            record.key,
-            record.value,
-            record.headers,
-            record.timestamp_ms,
-            topic=topic,
-            keyring=keyring,
-            machines=machines if pinned is None else with_current(machines, *pinned),
-            lookup=runs.lookup,
-            seen=runs.seen,
-            placement=None if partitions is None else Placement(partition, partitions),
-            max_bytes=max_bytes,
-            max_state_bytes=max_state_bytes,
-        )
+        try:
+            outcome: Outcome = decide_record(
+                record.key,
+                record.value,
+                record.headers,
+                record.timestamp_ms,
+                topic=topic,
+                keyring=keyring,
+                machines=machines if pinned is None else with_current(machines, *pinned),
+                lookup=runs.lookup,
+                seen=runs.seen,
+                placement=None if partitions is None else Placement(partition, partitions),
+                max_bytes=max_bytes,
+                max_state_bytes=max_state_bytes,
+            )
+        except Exception as exc:  # as the workers do: set aside, and the rest is checked
+            log.exception(
+                "proposals partition %d, offset %d: deciding it failed", partition, record.offset
+            )
+            outcome = DeadLetterReason(f"internal error while deciding: {exc!r}")
         runs.apply(outcome)
         if isinstance(outcome, Commit | Forget):  # a forget is a transition too
             expected.append(outcome.transition)

@@ -1,5 +1,9 @@
 """Replay from transitions and verification against proposals, without a broker."""
 
+from typing import Any
+
+import pytest
+
 from processor.audit import Record, verify_partition, verify_runs_across_partitions
 from processor.engine import Commit, Forget
 from processor.engine.machine import Catalog
@@ -225,3 +229,23 @@ def test_verify_follows_a_run_forgotten_and_created_again() -> None:
     broken = broken.model_copy(update={"hash": transition_hash(broken.__dict__)})
     edited = [*transitions[:-1], Record(0, transitions[-1].offset, b"r", broken.model_dump_json().encode(), None, 0)]  # fmt: skip
     assert any("prev_hash breaks the run's chain" in f for f in verify(edited))
+
+
+def test_verify_sets_aside_a_proposal_it_cannot_decide(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As the workers do (the DLQ, with the reason): a proposal whose deciding raises (a
+    bug; once, metadata {"timer": []}) no longer aborts verify; the rest is checked."""
+    import processor.audit as audit
+
+    keyring, proposals, transitions = _records()
+    real = audit.decide_record
+
+    def flaky(key: bytes | None, value: bytes | None, *args: Any, **kw: Any) -> Any:
+        if value == proposals[2].value:  # the refused one: it committed nothing
+            raise TypeError("unhashable type: 'list'")
+        return real(key, value, *args, **kw)
+
+    monkeypatch.setattr(audit, "decide_record", flaky)
+    found = verify_partition(
+        0, proposals, transitions, topic=TOPIC, machines=MACHINES, keyring=keyring
+    )
+    assert found == []
