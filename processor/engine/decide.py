@@ -376,6 +376,9 @@ def _decide_create(
     out_of_scope = None if scope is None else scope.refuses(machine.name, proposal.run_id)
     if out_of_scope:
         return _reject(Code.UNAUTHORIZED, out_of_scope, proposal, principal, snapshot, now_ms)
+    borrowed = _borrowed_timer_id(proposal, principal)
+    if borrowed:
+        return _reject(Code.UNAUTHORIZED, borrowed, proposal, principal, snapshot, now_ms)
     if snapshot is not None:
         original = _original_revision(snapshot, proposal.proposal_id, seen)
         if original is not None:
@@ -781,13 +784,16 @@ def _borrowed_timer_id(proposal: Proposal, principal: Principal) -> str | None:
     timer the id is made of. Else a proposal sent first with the id of a deadline to come
     would make that deadline a `duplicate`, and the run would wait for it for ever. A
     proposal that is the deadline may commit it only where the deadline would: at the
-    revision the id names, so the deadline that arrives after it is stale anyway."""
+    revision the id names, so the deadline that arrives after it is stale anyway. No
+    deadline is a `create` (a creation at revision 0 would leave the run at the revision
+    of a deadline its machine arms there)."""
     proposal_id = proposal.proposal_id
     if not proposal_id.startswith(TIMER_ID_PREFIX):
         return None
     name, revision = proposal.metadata.get("timer"), proposal.expected_revision
     if (
-        principal.authority == TIMER_AUTHORITY
+        proposal.event != CREATE_EVENT
+        and principal.authority == TIMER_AUTHORITY
         and isinstance(name, str)
         and revision is not None
         and proposal_id == timer_proposal_id(proposal.run_id, revision, name)

@@ -25,6 +25,7 @@ from confluent_kafka import Consumer, Message, TopicPartition
 from processor.config import KafkaSettings
 from processor.engine import Beat, Commit, Forget
 from processor.engine.lint import TIMER_AUTHORITY
+from processor.engine.timers import TIMER_ID_PREFIX
 from processor.machines import builtin_machines
 from processor.outputs import is_run_key
 from processor.partitioning import partition_for
@@ -32,6 +33,7 @@ from processor.pipeline import DeadLetterReason
 from processor.readback import read_topics
 from processor.replay import Replayed, apply_heartbeats, apply_transitions
 from processor.signatures import HEADER_KEY_ID
+from schemas.codes import RejectionCode
 from schemas.messages import DeadLetter, Heartbeat, Rejection, RunSnapshot, Transition
 from tests.integration.harness import Env, WorkerProcess, decided_records
 
@@ -128,9 +130,11 @@ def _runtime_deadline(env: Env, msg: Message, outcome: object) -> bool:
         return False
     if isinstance(outcome, Commit | Forget):
         proposal_id: str | None = outcome.transition.proposal_id
+    elif isinstance(outcome, Rejection) and outcome.code is not RejectionCode.UNAUTHORIZED:
+        proposal_id = outcome.proposal_id  # unauthorized: a deadline's id, borrowed
     else:
-        proposal_id = outcome.proposal_id if isinstance(outcome, Rejection) else None
-    return (proposal_id or "").startswith("timer:")
+        proposal_id = None
+    return (proposal_id or "").startswith(TIMER_ID_PREFIX)
 
 
 def _rejection_signature(rejection: Rejection) -> Signature:

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 
 from benchmarks.records import Headers, RawRecord
+from processor.engine.timers import timer_proposal_id
 from processor.keyring import Keyring, SigningKey, signing_key_from
 from processor.machines import builtin_machines
 from processor.outputs import FIRED_CHANGELOG_PREFIX
@@ -392,6 +393,46 @@ def hostile_records(
         kind = f"lone surrogate in {where}, {signing}"
         return record(key, _dumps(rng, body), kind, SCHEMA_INVALID, sign_it)
 
+    def too_deep(run_id: str, pid: str) -> RawRecord:
+        """A step result or metadata nested past 64 levels (and up to near the parser's
+        own limit, where a snapshot holding it could no longer be read): schema_invalid."""
+        nested: object = rng.choice([1, "x", None, [], {}])
+        for _ in range(rng.randint(64, 190)):
+            nested = [nested] if rng.random() < 0.5 else {rng.choice("abc"): nested}
+        body: dict[str, object] = {"run_id": run_id, "proposal_id": pid}
+        if rng.random() < 0.5:
+            body.update(event="step_succeeded", payload={"step": "charge", "result": nested})
+            where = "step result"
+        else:
+            body.update(event=rng.choice(["start", "complete"]), metadata={"m": nested})
+            where = "metadata"
+        return signed(run_id, _dumps(rng, body), f"{where} nested too deeply", SCHEMA_INVALID)
+
+    def timer_metadata(run_id: str, pid: str) -> RawRecord:
+        """metadata.timer, which names a deadline's timer, as any JSON (once a list made
+        deciding raise): well-formed; the run's state decides."""
+        body = well_formed(run_id, pid)
+        body["metadata"] = {"timer": rng.choice([[], {}, 7, None, True, "heartbeat", "x"])}
+        if body["event"] == "create":
+            body.update(event="start", payload={})
+        return signed(run_id, _dumps(rng, body), "metadata.timer of any type", WELL_FORMED)
+
+    def borrowed_deadline_id(run_id: str, n: int) -> RawRecord:
+        """A create whose proposal id is one a deadline of the run would have: refused
+        unauthorized (else that deadline would be a duplicate), even from the runtime."""
+        fresh = fresh_run(run_id, n)
+        timer = rng.choice(["heartbeat", "approval", "retention"])
+        body: dict[str, object] = {
+            "run_id": fresh,
+            "proposal_id": timer_proposal_id(fresh, 0, timer),
+            "event": "create",
+            "payload": {"machine": rng.choice(_MACHINES)},
+        }
+        if rng.random() < 0.5:  # dressed as the deadline itself
+            body.update(expected_revision=0, metadata={"timer": timer})
+        kind = "a deadline's proposal id on a create"
+        return signed(fresh, _dumps(rng, body), kind, RejectionCode.UNAUTHORIZED.value)
+
     heavy_slots = set(rng.sample(range(count), min(count, max(3, count // HEAVY_EVERY))))
 
     def one(n: int) -> RawRecord:
@@ -536,6 +577,9 @@ def hostile_records(
             lambda: at_limits(run_id, n),
             lambda: unicode_step(run_id, pid),
             lambda: surrogate_inside(run_id, pid, n),
+            lambda: too_deep(run_id, pid),
+            lambda: timer_metadata(run_id, pid),
+            lambda: borrowed_deadline_id(run_id, n),
         ]
         if good:  # replayed: an exact copy of a record already sent; the pipeline decides
             kinds.append(lambda: _replayed(rng.choice(good)))

@@ -93,8 +93,14 @@ def test_counted_with_the_workers_stopped_unread_proposals_are_pending(
     run_id = plan[0]["run_id"]
 
     def unread(key_id: str, proposal_id: str) -> Row:
+        # As a deadline is sent: the revision and the timer its id names.
         proposal = Proposal(
-            proposal_id=proposal_id, run_id=run_id, event="run_failed", reason="timeout"
+            proposal_id=proposal_id,
+            run_id=run_id,
+            event="run_failed",
+            reason="timeout",
+            expected_revision=1,
+            metadata={"timer": proposal_id.rsplit(":", 1)[-1]},
         )
         _send_signed(env, key_id, proposal)
         return check(Row("stopped", "native", len(plan), 0), env, [], PARTITIONS, settle=0)

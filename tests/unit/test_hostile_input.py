@@ -95,6 +95,10 @@ def test_each_hostile_kind_ends_as_its_outcome() -> None:
             "arbitrary Unicode in a create",
             "ids at their byte limits",
             "arbitrary Unicode in a step",
+            "step result nested too deeply",
+            "metadata nested too deeply",
+            "metadata.timer of any type",
+            "a deadline's proposal id on a create",
         }
     )
     assert new_kinds <= set(kinds), sorted(new_kinds - set(kinds))

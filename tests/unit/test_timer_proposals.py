@@ -63,6 +63,15 @@ def test_a_deadline_id_sent_first_by_another_is_refused_and_the_deadline_still_f
         refused = run.refuse("step_started", principal, proposal_id=coming, payload=STEP, **fields)
         assert refused.code is RejectionCode.UNAUTHORIZED, refused
         assert "timer:" in refused.detail and "choose another id" in refused.detail
+    first = Driver(run_id="fresh")
+    for fields in [{}, {"metadata": {"timer": "approval"}, "expected_revision": 0}]:
+        created = first.refuse(
+            "create",
+            proposal_id=timer_proposal_id("fresh", 0, "approval"),
+            payload={"machine": "task_lifecycle"},
+            **fields,
+        )
+        assert created.code is RejectionCode.UNAUTHORIZED, created  # no deadline is a create
     started = run.commit("step_started", TOOL, payload=STEP)
     assert started.snapshot.revision == 2
     fired = _fire(run, "heartbeat")
@@ -107,7 +116,7 @@ _json = st.recursive(
     max_leaves=4,
 )
 _EVENTS = sorted(
-    {e for m in MACHINES.values() for e in m.events} | {"forget", "migrate", "heartbeat"}
+    {e for m in MACHINES.values() for e in m.events} | {"create", "forget", "migrate", "heartbeat"}
 )
 _PRINCIPALS = [RUNTIME, TOOL, MODEL, APPROVER]
 
@@ -134,7 +143,9 @@ def _hostile(draw: st.DrawFn, run_id: str, revision: int) -> dict[str, Any]:
         )
     )
     event = draw(st.sampled_from(_EVENTS))
-    payload = STEP if event.startswith("step_") else {}
+    payload: dict[str, Any] = STEP if event.startswith("step_") else {}
+    if event == "create":
+        payload = {"machine": draw(st.sampled_from(sorted(MACHINES)))}
     return {
         "event": event,
         "proposal_id": proposal_id,
