@@ -257,6 +257,7 @@ class PartitionStore:
         options.set_write_buffer_manager(_WRITE_BUFFERS)
         self.path = path
         self._db = self._open(path, options)
+        self._closed = False
         # Runs per (machine, state), counted on first use and kept up to date by flush.
         self._counts: Counter[tuple[str, str]] | None = None
         # Decoding JSON dominates lookups: recently committed snapshots stay decoded, in
@@ -713,6 +714,11 @@ class PartitionStore:
         batch.put(_TIMER_OF + run_id.encode(), encoded)
 
     def close(self) -> None:
+        """Flush and close; closing again does nothing (a rebalance and a cancelled
+        catch-up may both let the same store go)."""
+        if self._closed:
+            return
+        self._closed = True
         self._cache.drop_owner(self._cached)
         self._db.flush(True)  # the memtables to disk: a clean stop restores nothing
         self._db.close()

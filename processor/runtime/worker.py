@@ -81,6 +81,10 @@ LAG_INTERVAL_S = 1.0
 # Records taken from the consumer per turn of the loop at most. A turn waits for the
 # first of them only (`_take`): librdkafka's batch call waits its whole timeout to fill
 # the batch, and with a 20 ms wait that was ~20 ms of every answer at a trickle.
+#: How long a rewind waits for the committed offsets (a group coordinator moving after a
+#: broker died takes seconds), asking with this timeout each time.
+REWIND_PATIENCE_S = 20.0
+REWIND_CALL_S = 5.0
 CONSUME_BATCH = 500
 # How long an idle turn waits for a first record (timers and lag are looked at between).
 CONSUME_WAIT_S = 0.02
@@ -273,7 +277,11 @@ class Worker:
                     if exc.args[0].fatal():
                         raise ClientBroken(f"the producer failed: {exc}") from exc
                     if not self.producer.open:
-                        raise
+                        # No transaction to abort, and where the consumer stands is not
+                        # known: catch up and rewind as after a hung call (this raise
+                        # took the process down, e.g. NOT_COORDINATOR while rewinding).
+                        self._replace_producer(ClientBroken(f"a client call failed: {exc}"))
+                        continue
                     self._abort(f"transaction failed: {exc}", exc.args[0])
                 except ClientBroken as exc:
                     self._replace_producer(exc)
@@ -655,11 +663,33 @@ class Worker:
         log.info("the group's coordinator moved: a new producer, with no stale coordinator")
 
     def _rewind(self, partitions: list[int]) -> None:
+        """Seek `partitions` back to their committed offsets (what an aborted transaction
+        consumed is decided again). Asking for them waits out a moving group coordinator
+        (NOT_COORDINATOR, seen when a broker is killed or paused); when it does not come
+        back, ClientBroken: going on from where the consumer stands would skip what the
+        abort undid, so the partitions wait for a new producer's catch-up instead."""
         if not partitions or self.consumer is None:
             return
-        committed = self.consumer.committed(
-            [TopicPartition(self.topics.proposals, p) for p in partitions], timeout=30
-        )
+        wanted = [TopicPartition(self.topics.proposals, p) for p in partitions]
+        deadline = time.monotonic() + REWIND_PATIENCE_S
+        while True:
+            try:
+                committed = self.consumer.committed(wanted, timeout=REWIND_CALL_S)
+                failed = [tp for tp in committed if tp.error is not None]
+                problem = str(failed[0].error) if failed else None
+            except KafkaException as exc:
+                if exc.args[0].fatal():
+                    raise ClientBroken(f"the consumer failed: {exc}") from exc
+                problem = str(exc)
+            if problem is None:
+                break
+            if time.monotonic() >= deadline:
+                raise ClientBroken(
+                    f"the committed offsets of partitions {partitions} could not be read for "
+                    f"{REWIND_PATIENCE_S:.0f} s ({problem})"
+                )
+            log.warning("reading the committed offsets of %s: %s; again", partitions, problem)
+            time.sleep(0.5)
         for tp in committed:
             offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
             try:
@@ -699,11 +729,13 @@ class Worker:
             self.metrics.restored.inc(job.applied)
             self.stats.restored_records += job.applied
             self.stores.add(job.stores)
+            # After its stores are owned (no gap for /readyz), before anything that can
+            # raise: a job left listed had its stores closed twice when the partitions went.
+            self._restores.remove(job)
             partitions = sorted(job.stores)
             self._rewind(partitions)
             assert self.consumer is not None
             self.consumer.resume([TopicPartition(self.topics.proposals, p) for p in partitions])
-            self._restores.remove(job)  # after its stores are owned: no gap for /readyz
             log.info("restored partitions %s (now %s)", partitions, self.stores.owned())
         if not self._restores:
             self.metrics.restoring.set(0)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from processor.cli import worker as worker_cli
 from processor.config import KafkaSettings, WorkerConfig
@@ -301,3 +301,72 @@ def test_a_producer_given_up_on_without_a_call_running_is_closed_at_once() -> No
     retired.client = client  # type: ignore[assignment]
     retired.retire(None).join(5)
     assert client.calls == ["purge", "poll", "close"]
+
+
+class _Rewinding(_Consumer):
+    """committed() fails with these errors, in turn, then answers offset 40 for each."""
+
+    def __init__(self, *errors: KafkaError) -> None:
+        super().__init__()
+        self.errors, self.asked, self.sought = list(errors), 0, {}  # type: dict[int, int]
+        self.resumed: list[int] = []
+
+    def committed(self, partitions: list[TopicPartition], timeout: float) -> list[TopicPartition]:
+        self.asked += 1
+        if self.errors:
+            raise KafkaException(self.errors.pop(0))
+        return [TopicPartition(tp.topic, tp.partition, 40) for tp in partitions]
+
+    def seek(self, tp: TopicPartition) -> None:
+        self.sought[tp.partition] = tp.offset
+
+    def resume(self, partitions: list[TopicPartition]) -> None:
+        self.resumed += [tp.partition for tp in partitions]
+
+
+def test_a_rewind_waits_out_a_moving_group_coordinator(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the fault harness (the group coordinator killed): reading the committed
+    offsets after an abort failed NOT_COORDINATOR, and the exception took the worker
+    down. Now the rewind asks again until the coordinator answers."""
+    from processor.runtime import worker as worker_module
+
+    monkeypatch.setattr(worker_module.time, "sleep", lambda _: None)
+    worker = _worker_owning(tmp_path, monkeypatch)
+    moving = KafkaError(KafkaError.NOT_COORDINATOR, "Not coordinator")
+    worker.consumer = consumer = _Rewinding(moving, moving)  # type: ignore[assignment]
+    worker._rewind([0, 2])
+    assert consumer.asked == 3 and consumer.sought == {0: 40, 2: 40}
+    worker.stores.close()
+
+
+def test_a_rewind_that_cannot_be_made_is_a_broken_client_and_no_partition_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Going on from where the consumer stands would skip what the abort undid: when the
+    offsets cannot be read, ClientBroken (the loop replaces the producer and catches
+    up). The restore that was finishing is no longer listed, so when the partitions
+    then go, their stores close once (a job left listed closed them twice, and
+    `DB instance already closed` took the worker down under a paused broker)."""
+    from processor.runtime import worker as worker_module
+
+    monkeypatch.setattr(worker_module, "REWIND_PATIENCE_S", 0.0)
+    worker = _worker_owning(tmp_path, monkeypatch)
+    moving = KafkaError(KafkaError.NOT_COORDINATOR, "Not coordinator")
+    worker.consumer = consumer = _Rewinding(*[moving] * 5)  # type: ignore[assignment]
+    owned = {p: worker.stores.take([p])[p] for p in (0, 2)}
+
+    class _Done:
+        done, error, applied, stores = True, None, 0, owned
+
+    worker._restores.append(_Done())  # type: ignore[arg-type]
+    with pytest.raises(ClientBroken, match="committed offsets"):
+        worker._finish_restores()
+    assert worker._restores == [] and worker.stores.owned() == [0, 2]
+    assert consumer.resumed == [] and consumer.sought == {}
+    with worker._letting_go([TopicPartition("t.proposals", p) for p in (0, 2)]):
+        pass
+    assert worker.stores.owned() == []
+    for store in owned.values():
+        store.close()  # closing again does nothing
