@@ -78,13 +78,13 @@ from schemas.messages import Rejection, RunSnapshot
 log = logging.getLogger("runstate.worker")
 
 LAG_INTERVAL_S = 1.0
-# Records taken from the consumer per turn of the loop at most. A turn waits for the
-# first of them only (`_take`): librdkafka's batch call waits its whole timeout to fill
-# the batch, and with a 20 ms wait that was ~20 ms of every answer at a trickle.
 #: How long a rewind waits for the committed offsets (a group coordinator moving after a
 #: broker died takes seconds), asking with this timeout each time.
 REWIND_PATIENCE_S = 20.0
 REWIND_CALL_S = 5.0
+# Records taken from the consumer per turn of the loop at most. A turn waits for the
+# first of them only (`_take`): librdkafka's batch call waits its whole timeout to fill
+# the batch, and with a 20 ms wait that was ~20 ms of every answer at a trickle.
 CONSUME_BATCH = 500
 # How long an idle turn waits for a first record (timers and lag are looked at between).
 CONSUME_WAIT_S = 0.02
