@@ -308,7 +308,8 @@ class _Rewinding(_Consumer):
 
     def __init__(self, *errors: KafkaError) -> None:
         super().__init__()
-        self.errors, self.asked, self.sought = list(errors), 0, {}  # type: dict[int, int]
+        self.errors, self.asked = list(errors), 0
+        self.sought: dict[int, int] = {}
         self.resumed: list[int] = []
 
     def committed(self, partitions: list[TopicPartition], timeout: float) -> list[TopicPartition]:

@@ -26,21 +26,22 @@ PUNCTUATOR = Punctuator(TopicNames.with_prefix(), SigningKey.hmac("runtime", "s"
 STEP = {"step": "s", "idempotency_key": "k"}
 
 
-def _fire(run: Driver, name: str) -> Any:
-    """The run's deadline `name` as the punctuator proposes it, decided when it is due."""
+def _deadline(run: Driver, name: str) -> tuple[str, dict[str, Any]]:
+    """The run's deadline `name` as the punctuator proposes it, when it falls due: its
+    event and the rest of its fields (the clock moved to the due time)."""
     assert run.snapshot is not None
     timer = next(t for t in run.snapshot.timers if t.name == name)
     run.now = max(run.now, timer.due_at_ms + 1)
-    record = PUNCTUATOR.deadline(run.snapshot, timer, run.now)
-    sent = Proposal.model_validate_json(record.value)
-    return run.propose(
-        sent.event,
-        RUNTIME,
-        proposal_id=sent.proposal_id,
-        expected_revision=sent.expected_revision,
-        reason=sent.reason,
-        metadata=sent.metadata,
+    sent = Proposal.model_validate_json(PUNCTUATOR.deadline(run.snapshot, timer, run.now).value)
+    return sent.event, sent.model_dump(
+        include={"proposal_id", "expected_revision", "reason", "metadata"}
     )
+
+
+def _fire(run: Driver, name: str) -> Any:
+    """The run's deadline `name` decided when it is due."""
+    event, fields = _deadline(run, name)
+    return run.propose(event, RUNTIME, **fields)
 
 
 def test_a_deadline_id_sent_first_by_another_is_refused_and_the_deadline_still_fires() -> None:
@@ -86,15 +87,9 @@ def test_the_deadline_itself_sent_twice_is_a_duplicate() -> None:
     run.create("task_lifecycle")
     run.commit("start")
     run.commit("pause_for_approval")
-    assert run.snapshot is not None
-    paused = run.snapshot
-    timer = next(t for t in paused.timers if t.name == "approval")
-    run.now = timer.due_at_ms + 1
-    record = PUNCTUATOR.deadline(paused, timer, run.now)
-    sent = Proposal.model_validate_json(record.value)
-    fields = sent.model_dump(include={"proposal_id", "expected_revision", "reason", "metadata"})
-    assert isinstance(run.propose(sent.event, RUNTIME, **fields), Commit)
-    again = run.propose(sent.event, RUNTIME, **fields)  # a producer's retry, say
+    event, fields = _deadline(run, "approval")
+    assert isinstance(run.propose(event, RUNTIME, **fields), Commit)
+    again = run.propose(event, RUNTIME, **fields)  # a producer's retry, say
     assert isinstance(again, Rejection) and again.code is RejectionCode.DUPLICATE
 
 
