@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install tools demo test unit integration test-docker images lock bench bench-profile bench-engine bench-path faults soak
+.PHONY: install tools demo test unit integration adversary test-docker images lock bench bench-profile bench-engine bench-path faults soak
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,13 @@ test: install tools
 ## unit: pure tests only, no broker, seconds
 unit: install tools
 	$(BIN)/pytest -m unit
+
+## adversary: the contract against any key holder, run long (tests/unit/test_adversary.py:
+## 5,000 generated attacks of up to 150 proposals each, about 5 minutes); prints what it tried
+adversary: install
+	RUNSTATE_ADVERSARY_EXAMPLES=$${RUNSTATE_ADVERSARY_EXAMPLES:-5000} \
+	RUNSTATE_ADVERSARY_STEPS=$${RUNSTATE_ADVERSARY_STEPS:-150} \
+	$(BIN)/pytest -p no:cacheprovider tests/unit/test_adversary.py --hypothesis-show-statistics
 
 ## integration: tests on a real broker only
 integration: install

@@ -95,6 +95,10 @@ class _Life:
             self.snapshot = outcome.snapshot
 
 
+#: An approval's expiry beyond any benchmark's clock.
+_NEVER_MS = 2**53 - 1
+
+
 def _key_for(machine: Machine, event: str, keyring: Keyring, rng: random.Random) -> str:
     if event == "create" or event.startswith("step_"):
         return "runtime"
@@ -168,6 +172,12 @@ def lives(
                 fields["reason"] = rng.choice(sorted(edge.reasons))
             if spec.records_fact:
                 fields["payload"] = {"fact": rng.choice(["build=green", "build=red"])}
+            if spec.approval is not None:  # the decision answers the pause the run is in
+                pause = run.snapshot.pause
+                fields["payload"] = {
+                    "pause": run.snapshot.revision if pause is None else pause.revision,
+                    "expires_at_ms": _NEVER_MS,
+                }
             propose(edge.event, _key_for(machine, edge.event, keyring, rng), **fields)
         queues.append(run.records)
     out: list[RawRecord] = []

@@ -59,10 +59,12 @@ def _header(headers: Headers, name: str) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Credential:
-    """What a valid signature proves: who (the principal) and over which runs (scope)."""
+    """What a valid signature proves: who (the principal), over which runs (scope), and
+    when it was signed (milliseconds since the epoch; None where no signature is)."""
 
     principal: Principal
     scope: Scope | None
+    signed_at_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +160,7 @@ def authenticate(
             f"signed at {signed_at_ms}, {when}: sign again when you send (a signature is "
             "good for one sending)",
         )
-    return Credential(entry.principal, entry.scope(key_id))
+    return Credential(entry.principal, entry.scope(key_id), signed_at_ms)
 
 
 def ed25519_claim(

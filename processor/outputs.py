@@ -11,7 +11,7 @@ import base64
 import hashlib
 import json
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from processor.engine import Beat, Commit, Forget
@@ -61,6 +61,26 @@ TimerMarks = list[tuple[int, int, str]]
 #: the changelog, and a forgotten run's tombstones leave nothing of it to read).
 FIRED_CHANGELOG_PREFIX = b"\x00fired\x00"
 HISTORY_CHANGELOG_PREFIX = b"\x00history\x00"
+#: A refusal the run remembers as its answer to a proposal id (`content_digest` set):
+#: this prefix + run id + NUL + proposal id -> the rejection as published.
+ANSWER_CHANGELOG_PREFIX = b"\x00answer\x00"
+
+
+def answers_changelog_prefix(run_id: str) -> bytes:
+    return ANSWER_CHANGELOG_PREFIX + run_id.encode() + b"\x00"
+
+
+def answer_changelog_key(run_id: str, proposal_id: str) -> bytes:
+    return answers_changelog_prefix(run_id) + proposal_id.encode()
+
+
+def parse_answer_changelog_key(key: bytes) -> tuple[str, str]:
+    """(run id, proposal id) of an answer key; ValueError when it is not one. Run ids
+    hold no control characters, so the first NUL after the prefix ends the run id."""
+    run_id, nul, proposal_id = key[len(ANSWER_CHANGELOG_PREFIX) :].partition(b"\x00")
+    if not key.startswith(ANSWER_CHANGELOG_PREFIX) or not nul:
+        raise ValueError(f"not an answer key: {key[:80]!r}")
+    return run_id.decode(), proposal_id.decode()
 
 
 def history_changelog_key(run_id: str, revision: int) -> bytes:
@@ -241,15 +261,20 @@ class OutputRecord:
 
 
 def outcome_records(
-    topics: TopicNames, outcome: Outcome, source: Source, limits: RecordLimits = UNLIMITED
+    topics: TopicNames,
+    outcome: Outcome,
+    source: Source,
+    limits: RecordLimits = UNLIMITED,
+    answers: Sequence[bytes] = (),
 ) -> list[OutputRecord]:
     """The records an outcome is published as, in order (the run's snapshot, or its
     tombstone, always last: a record after it would not be part of the outcome for a
     runtime that marks an outcome answered by its snapshot): a commit's transition,
     its history record and its snapshot (changelog); a heartbeat's answer then the
     run's snapshot, alive (changelog); a forgotten run's last transition, then
-    tombstones (changelog); a rejection; or the DLQ record of what could not be
-    decoded."""
+    tombstones (changelog); a rejection, and, when the run remembers it, its answer
+    record (changelog); or the DLQ record of what could not be decoded. `answers`: the
+    answer keys of a forgotten run (tombstoned with it)."""
     if isinstance(outcome, Beat):
         run_key = outcome.snapshot.run_id.encode()
         return [
@@ -291,6 +316,7 @@ def outcome_records(
         # (Faust) and dies half way decides the forget again, against the run still there.
         gone = [FIRED_CHANGELOG_PREFIX + run_key]
         gone += [history_changelog_key(t.run_id, r) for r in range(t.revision)]
+        gone += answers
         gone.append(run_key)
         return [
             OutputRecord(topics.transitions, run_key, value, forgotten),
@@ -300,7 +326,12 @@ def outcome_records(
         return [dead_letter_record(topics, source, outcome.reason, limits)]
     key = outcome.run_id.encode() if outcome.run_id is not None else output_key(source.key)
     value = rejection_value(outcome, limits.of(topics.rejections) - len(key or b""))
-    return [OutputRecord(topics.rejections, key, value)]
+    refused = OutputRecord(topics.rejections, key, value)
+    if outcome.content_digest is None or outcome.run_id is None:
+        return [refused]
+    # The run's answer to this id for its life: in the changelog, as it was published.
+    answer = answer_changelog_key(outcome.run_id, outcome.proposal_id or "")
+    return [refused, OutputRecord(topics.changelog, answer, value)]
 
 
 def dead_letter_record(

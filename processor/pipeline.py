@@ -8,6 +8,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from processor.engine import Beat, Commit, Forget, Machine, decide
+from processor.engine.answers import Answer, committed_digest, digest_of
+from processor.engine.decide import remembered
 from processor.intake import (
     DEFAULT_MAX_PROPOSAL_BYTES,
     Credential,
@@ -40,8 +42,8 @@ class DeadLetterReason:
 
 Outcome = Commit | Beat | Forget | Rejection | DeadLetterReason
 
-#: (run id, proposal id) -> the revision that committed it, or None.
-Seen = Callable[[str, str], int | None]
+#: (run id, proposal id) -> what the run answered that id, or None (never answered).
+Seen = Callable[[str, str], Answer | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +84,8 @@ def decide_record(
 
     `timestamp_ms` is the record's broker timestamp and `topic` the topic it was read
     from (the signature covers it); `lookup` gives a run's current
-    snapshot (None when it does not exist), `seen` the revision that committed a
-    proposal id of a run, for the run's whole life (None: never); `placement` where the
+    snapshot (None when it does not exist), `seen` what a run answered a proposal id,
+    for the run's whole life (None: never); `placement` where the
     record was read (None where that is not known, e.g. a single record decided alone).
     A commit comes back
     with its records encoded (`Commit.encoded`), or refused `state_too_large` when
@@ -194,9 +196,13 @@ def decide_admitted(
         timestamp_ms,
         lambda pid: seen(run_id, pid),
         credential.scope,
+        credential.signed_at_ms,
     )
     if isinstance(decision, Commit):
-        return fit_commit(decision, current, max_state_bytes)
+        fitted = fit_commit(decision, current, max_state_bytes)
+        if isinstance(fitted, Rejection):  # decided, so the run's answer like any refusal
+            return remembered(fitted, digest_of(proposal, credential.principal))
+        return fitted
     return decision
 
 
@@ -230,6 +236,7 @@ def fit_commit(commit: Commit, current: RunSnapshot | None, limit: int) -> Commi
             revision=None if current is None else current.revision,
             original_transition_id=None,
             step_result=None,
+            content_digest=None,
             at_ms=t.at_ms,
         )
     )
@@ -246,6 +253,13 @@ def outcome_run_id(outcome: Outcome) -> str | None:
     if isinstance(outcome, Forget):
         return outcome.transition.run_id
     return getattr(outcome, "run_id", None)
+
+
+def refusal_answer(rejection: Rejection) -> Answer | None:
+    """The answer a refusal leaves its run, when the run remembers it."""
+    if rejection.content_digest is None or rejection.run_id is None:
+        return None
+    return Answer(None, rejection.content_digest, rejection)
 
 
 def _shown(key: bytes) -> str:
@@ -265,23 +279,27 @@ class RunsInMemory:
     keeps them. Hand `lookup` and `seen` to `decide_record`, then `apply` its outcome."""
 
     snapshots: dict[str, RunSnapshot] = field(default_factory=dict)
-    committed: dict[tuple[str, str], int] = field(default_factory=dict)
+    answers: dict[tuple[str, str], Answer] = field(default_factory=dict)
 
     def lookup(self, run_id: str) -> RunSnapshot | None:
         return self.snapshots.get(run_id)
 
-    def seen(self, run_id: str, proposal_id: str) -> int | None:
-        return self.committed.get((run_id, proposal_id))
+    def seen(self, run_id: str, proposal_id: str) -> Answer | None:
+        return self.answers.get((run_id, proposal_id))
 
     def apply(self, outcome: Outcome) -> None:
         if isinstance(outcome, Forget):  # the run and its dedupe memory go
             run_id = outcome.transition.run_id
             self.snapshots.pop(run_id, None)
-            for key in [k for k in self.committed if k[0] == run_id]:
-                del self.committed[key]
+            for key in [k for k in self.answers if k[0] == run_id]:
+                del self.answers[key]
             return
         if isinstance(outcome, Commit):
             t = outcome.transition
-            self.committed[(t.run_id, t.proposal_id)] = t.revision
+            self.answers[(t.run_id, t.proposal_id)] = Answer(t.revision, committed_digest(t))
+        elif isinstance(outcome, Rejection):
+            answer = refusal_answer(outcome)
+            if answer is not None:
+                self.answers[(outcome.run_id or "", outcome.proposal_id or "")] = answer
         if isinstance(outcome, Commit | Beat):
             self.snapshots[outcome.snapshot.run_id] = outcome.snapshot

@@ -144,6 +144,12 @@ def apply_heartbeats(
             continue
         machine = machine_for(machines, snapshot.machine, snapshot.machine_version)
         if machine is not None:
-            snapshots[beat.run_id] = alive_at(machine, snapshot, beat.at_ms)
+            snapshots[beat.run_id] = alive_at(
+                machine,
+                snapshot,
+                beat.at_ms,
+                heartbeat_id=beat.proposal_id,
+                heartbeat_signed_at_ms=beat.signed_at_ms,
+            )
             moved.add(beat.run_id)
     return moved

@@ -149,3 +149,20 @@ def canonical_text(values: list[Any]) -> str:
     """The reference definition of the hashed text: RFC 8785, as the rfc8785 package
     writes it (slow; tests check the fast path against it)."""
     return rfc8785.dumps(values).decode()
+
+
+def proposal_digest(
+    event: str,
+    reason: str | None,
+    payload: dict[str, Any],
+    metadata: dict[str, Any],
+    source: str,
+    authority: str,
+) -> str:
+    """What a proposal asks, and who asks it, as one value: hex SHA-256 of the RFC 8785
+    form of `[event, reason, payload, metadata, source, authority]`. Two sendings of one
+    proposal id are the same proposal when their digests are equal; a committed
+    proposal's digest is recomputed from its transition, which holds all six. Neither
+    the expected revision nor the signature is part of it (a resend may sign again)."""
+    values = [event, reason, payload, metadata, source, authority]
+    return hashlib.sha256(_canonical(values)).hexdigest()

@@ -18,6 +18,9 @@ class GuardKind(StrEnum):
     #: The retry budget is spent: retry_count has reached max_retries (so that, e.g.,
     #: `max_retries_exceeded` fails a run only once no retry is left).
     RETRIES_EXHAUSTED = "retries_exhausted"
+    #: No step of the run is executing: every step it started succeeded or failed (a
+    #: run does not reach success with a side effect whose outcome is unknown).
+    STEPS_SETTLED = "steps_settled"
 
 
 class Guard(WireModel):
@@ -35,6 +38,12 @@ class EventSpec(WireModel):
     )
     records_fact: bool = Field(
         default=False, description="The payload's `fact` is added to the run's facts."
+    )
+    approval: Literal["grant", "deny"] | None = Field(
+        default=None,
+        description="An approver's decision on the run's pause: its payload names the "
+        "pause (the revision that entered it) and the decision's expiry; refused when it "
+        "answers another pause, has expired, or comes from the principal that asked.",
     )
     description: str = ""
 
@@ -65,6 +74,16 @@ class RetryPolicy(WireModel):
     )
     backoff_max_ms: Annotated[int, Field(gt=0, le=MAX_EXACT_INTEGER)] = 300_000
     jitter: Annotated[float, Field(ge=0, le=1)] = 0.2
+
+
+class Ceilings(WireModel):
+    """The operator's upper bounds on what a run's creator chooses: a `create` over one
+    is refused `limit_exceeded`."""
+
+    max_retries: Annotated[int, Field(ge=0, le=MAX_EXACT_INTEGER)] = 100
+    #: For approval_timeout_ms, heartbeat_timeout_ms and retry_backoff_ms alike.
+    max_timeout_ms: Annotated[int, Field(gt=0, le=MAX_EXACT_INTEGER)] = 30 * 24 * 3_600_000
+    max_success_criteria: Annotated[int, Field(ge=0, le=10_000)] = 64
 
 
 class TimeoutSpec(WireModel):
@@ -132,3 +151,11 @@ class MachineSpec(VersionedMessage):
     )
     timeouts: list[TimeoutSpec] = Field(default_factory=list)
     alerts: list[AlertSpec] = Field(default_factory=list)
+    concurrent_steps: bool = Field(
+        default=False,
+        description="Whether a run may have several steps executing at once; else a "
+        "step starts only when none is executing.",
+    )
+    ceilings: Ceilings = Field(
+        default_factory=Ceilings, description="Bounds on the limits a run's creator chooses."
+    )

@@ -110,25 +110,60 @@ class CheckpointPayload(WireModel):
     data: JsonObject
 
 
+CallId = Annotated[str, Field(min_length=1, max_length=256)]
+
+
 class FactPayload(WireModel):
     """The payload of an event that records a fact (e.g. `owned_run`'s `tool_result`)."""
 
     fact: Annotated[str, Field(min_length=1, max_length=1024)]
+    call_id: CallId | None = Field(
+        default=None, description="The tool call that observed it, kept with the fact."
+    )
+
+
+class ApprovalPayload(WireModel):
+    """The payload of an approver's decision: the pause it answers and until when it
+    holds. Refused unless `pause` is the revision at which the run entered the pause it
+    is in, and the proposal's broker time is before `expires_at_ms`."""
+
+    pause: int = Field(ge=0, description="The revision that entered the pause answered.")
+    expires_at_ms: int = Field(ge=0, description="The decision holds until then (broker time).")
+
+
+class FactSource(WireModel):
+    """Where a fact came from: who recorded it, at which revision, from which tool call."""
+
+    principal: Principal
+    revision: int
+    call_id: str | None = None
+
+
+class Pause(WireModel):
+    """The approval wait a run is in: the revision that entered it and who asked. Only
+    an approver's decision naming this revision, from another principal, answers it."""
+
+    revision: int
+    asked_by: Principal
+    at_ms: int
 
 
 class StepStartedPayload(WireModel):
     step: Name
     idempotency_key: Annotated[str, Field(min_length=1, max_length=256)]
+    call_id: CallId | None = Field(default=None, description="The tool call that runs it.")
 
 
 class StepSucceededPayload(WireModel):
     step: Name
     result: JsonValue = None
+    call_id: CallId | None = None
 
 
 class StepFailedPayload(WireModel):
     step: Name
     error: Annotated[str, Field(min_length=1, max_length=4096)]
+    call_id: CallId | None = None
 
 
 class StepStatus(StrEnum):
@@ -146,6 +181,7 @@ class StepRecord(WireModel):
     result: JsonValue = None
     error: str | None = None
     revision: int = Field(description="The run revision that last changed this step.")
+    call_id: str | None = Field(default=None, description="The tool call of its latest event.")
 
 
 class Timer(WireModel):
@@ -203,6 +239,20 @@ class RunSnapshot(VersionedMessage):
     created_at_ms: int
     updated_at_ms: int
     entered_state_at_ms: int
+    pause: Pause | None = Field(
+        default=None, description="The approval wait the run is in, if it is in one."
+    )
+    fact_sources: dict[str, FactSource] = Field(
+        default_factory=dict, description="Each recorded fact's provenance."
+    )
+    heartbeat_id: str | None = Field(
+        default=None, description="Proposal id of the latest heartbeat taken."
+    )
+    heartbeat_signed_at_ms: int | None = Field(
+        default=None,
+        description="When the latest heartbeat taken was signed: a later one must be "
+        "signed after it (a replayed heartbeat moves no deadline).",
+    )
 
 
 class Transition(VersionedMessage):
@@ -250,6 +300,9 @@ class Heartbeat(VersionedMessage):
         description="When the run's heartbeat deadline now falls due (None: no heartbeat "
         "timeout in this state)."
     )
+    signed_at_ms: int | None = Field(
+        default=None, description="When the heartbeat was signed; a later one must be signed after."
+    )
 
 
 class Alert(VersionedMessage):
@@ -282,6 +335,13 @@ class Rejection(VersionedMessage):
     )
     step_result: JsonValue = Field(
         default=None, description="For 'duplicate_step': the stored result of the step."
+    )
+    content_digest: str | None = Field(
+        default=None,
+        description="Set when the run remembers this answer for its life: the digest of "
+        "the proposal's content (schemas.audit.proposal_digest). The same proposal id "
+        "gets this rejection again with the same content, `proposal_id_reused` with any "
+        "other.",
     )
     at_ms: int
 

@@ -46,6 +46,7 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
+from processor.engine.answers import Answer, digest_of
 from processor.engine.checkpoint import oversized
 from processor.engine.lint import CREATE_EVENT, FORGET_EVENT, MIGRATE_EVENT, TIMER_AUTHORITY
 from processor.engine.machine import Edge, Machine, machine_for
@@ -57,10 +58,13 @@ from schemas.base import describe_errors
 from schemas.codes import RejectionCode as Code
 from schemas.machine import GuardKind
 from schemas.messages import (
+    ApprovalPayload,
     CreatePayload,
     Deadlines,
     FactPayload,
+    FactSource,
     Heartbeat,
+    Pause,
     Principal,
     Proposal,
     Rejection,
@@ -116,17 +120,21 @@ def decide(
     proposal: Proposal,
     principal: Principal,
     now_ms: int,
-    seen: Callable[[str], int | None] | None = None,
+    seen: Callable[[str], Answer | None] | None = None,
     scope: Scope | None = None,
+    signed_at_ms: int | None = None,
 ) -> Decision:
     """Decide `proposal` against the run's current `snapshot` (None: the run does not exist).
 
     `machines` is the catalog runs refer to by name; `principal` comes from a verified
     credential and `scope` limits which runs that credential reaches (None: all);
-    `now_ms` is the proposal record's broker timestamp; `seen` gives the revision that
-    committed a proposal id of this run, beyond those the snapshot keeps (None: only
-    those).
+    `now_ms` is the proposal record's broker timestamp and `signed_at_ms` when its
+    signature was made (None: not signed, as in tests); `seen` gives what the run
+    answered a proposal id, beyond the commits the snapshot keeps (None: only those).
     """
+    refused = None if scope is None else scope.refuses_run(proposal.run_id)
+    if refused:  # before anything about the run, whether it exists included, is told
+        return _reject(Code.UNAUTHORIZED, refused, proposal, principal, None, now_ms)
     if proposal.event == CREATE_EVENT:
         return _decide_create(machines, snapshot, proposal, principal, now_ms, seen, scope)
     if snapshot is None:
@@ -138,6 +146,9 @@ def decide(
             None,
             now_ms,
         )
+    refused = None if scope is None else scope.refuses_machine(snapshot.machine, proposal.run_id)
+    if refused:
+        return _reject(Code.UNAUTHORIZED, refused, proposal, principal, None, now_ms)
     machine = machines.get(snapshot.machine)
     if machine is None or machine.version != snapshot.machine_version:
         # Not the machine at hand (or none): the version the run is pinned to, if held.
@@ -153,16 +164,41 @@ def decide(
             "the worker that has it"
         )
         return _reject(Code.UNKNOWN_MACHINE, detail, proposal, principal, snapshot, now_ms)
-    out_of_scope = None if scope is None else scope.refuses(machine.name, proposal.run_id)
-    if out_of_scope:
-        return _reject(Code.UNAUTHORIZED, out_of_scope, proposal, principal, snapshot, now_ms)
     borrowed = _borrowed_timer_id(proposal, principal)
     if borrowed:
         return _reject(Code.UNAUTHORIZED, borrowed, proposal, principal, snapshot, now_ms)
-    original = _original_revision(snapshot, proposal.proposal_id, seen)
-    if original is not None:
-        return _reject_duplicate(proposal, principal, snapshot, original, now_ms)
+    digest = digest_of(proposal, principal)
+    answer = _answer(snapshot, proposal.proposal_id, seen)
+    if answer is not None:
+        return _answered_again(proposal, principal, snapshot, answer, digest, now_ms)
+    decision = _decide_event(machines, machine, snapshot, proposal, principal, now_ms, signed_at_ms)
+    if isinstance(decision, Rejection) and decision.code not in _NOT_AN_ANSWER:
+        return remembered(decision, digest)
+    return decision
 
+
+#: Refusals of a known run that are not its answer to the proposal id: `unknown_machine`
+#: says this worker cannot decide the run; `duplicate` refers to an answer given before.
+_NOT_AN_ANSWER = frozenset((Code.UNKNOWN_MACHINE, Code.DUPLICATE))
+
+
+def remembered(rejection: Rejection, digest: str) -> Rejection:
+    """`rejection` as the run's answer to its proposal id for the run's life."""
+    values = dict(rejection.__dict__)
+    values["content_digest"] = digest
+    return Rejection.trusted(values)
+
+
+def _decide_event(
+    machines: Mapping[str, Machine],
+    machine: Machine,
+    snapshot: RunSnapshot,
+    proposal: Proposal,
+    principal: Principal,
+    now_ms: int,
+    signed_at_ms: int | None,
+) -> Decision:
+    """A proposal never answered before, to an existing run in the key's scope."""
     event = proposal.event
     if event == MIGRATE_EVENT:
         return _decide_migrate(machines, machine, snapshot, proposal, principal, now_ms)
@@ -234,7 +270,10 @@ def decide(
                 snapshot,
                 now_ms,
             )
-        return _beat(machine, snapshot, proposal, principal, now_ms)
+        replayed = _replayed_heartbeat(snapshot, proposal, signed_at_ms)
+        if replayed is not None:
+            return _reject(Code.DUPLICATE, replayed, proposal, principal, snapshot, now_ms)
+        return _beat(machine, snapshot, proposal, principal, now_ms, signed_at_ms)
 
     if rule.is_checkpoint:
         if snapshot.state not in machine.step_states:
@@ -267,7 +306,7 @@ def decide(
                 snapshot,
                 now_ms,
             )
-        outcome = apply_step(snapshot, event, payload)
+        outcome = apply_step(snapshot, event, payload, concurrent=machine.spec.concurrent_steps)
         if not isinstance(outcome, StepRecord):
             code, detail, result = outcome
             return _reject(code, detail, proposal, principal, snapshot, now_ms, step_result=result)
@@ -295,6 +334,11 @@ def decide(
             snapshot,
             now_ms,
         )
+    if isinstance(payload, ApprovalPayload):
+        unbound = _unbound_approval(snapshot, payload, principal, now_ms)
+        if unbound is not None:
+            code, detail = unbound
+            return _reject(code, detail, proposal, principal, snapshot, now_ms)
     failed_guard = _failed_guard(edge, snapshot) if edge.guards else None
     if failed_guard is not None:
         return _reject(Code.GUARD_FAILED, failed_guard, proposal, principal, snapshot, now_ms)
@@ -314,12 +358,20 @@ def decide(
                 now_ms,
             )
 
-    facts = snapshot.facts
-    if isinstance(payload, FactPayload) and payload.fact not in facts:
-        facts = [*facts, payload.fact]
+    facts = fact_sources = None
+    if isinstance(payload, FactPayload) and payload.fact not in snapshot.facts:
+        # A fact keeps the source that first recorded it.
+        facts = [*snapshot.facts, payload.fact]
+        source = FactSource.trusted(
+            {"principal": principal, "revision": snapshot.revision + 1, "call_id": payload.call_id}
+        )
+        fact_sources = {**snapshot.fact_sources, payload.fact: source}
     stop_reason = None
     if edge.target in machine.terminal:
-        stop_reason = edge.stop_reason or proposal.reason or event
+        # The machine names why a run stops: the edge's own stop reason, else one of the
+        # reasons it lists, else the event. A free-text reason is no stop reason: any
+        # principal allowed the event could otherwise write the run's epitaph.
+        stop_reason = edge.stop_reason or (proposal.reason if edge.reasons else None) or event
     return _commit(
         machine,
         snapshot,
@@ -329,6 +381,7 @@ def decide(
         edge.target,
         retry_count=retry_count,
         facts=facts,
+        fact_sources=fact_sources,
         stop_reason=stop_reason,
     )
 
@@ -339,7 +392,7 @@ def _decide_create(
     proposal: Proposal,
     principal: Principal,
     now_ms: int,
-    seen: Callable[[str], int | None] | None,
+    seen: Callable[[str], Answer | None] | None,
     scope: Scope | None,
 ) -> Decision:
     try:
@@ -350,7 +403,7 @@ def _decide_create(
             f"payload of 'create': {describe_errors(exc)}",
             proposal,
             principal,
-            snapshot,
+            None,
             now_ms,
         )
     if create.continues is not None and create.continues.run_id == proposal.run_id:
@@ -360,7 +413,7 @@ def _decide_create(
             "as a new run id",
             proposal,
             principal,
-            snapshot,
+            None,
             now_ms,
         )
     machine = machines.get(create.machine)
@@ -370,19 +423,28 @@ def _decide_create(
             f"no machine '{create.machine}'; loaded: {', '.join(sorted(machines))}",
             proposal,
             principal,
-            snapshot,
+            None,
             now_ms,
         )
-    out_of_scope = None if scope is None else scope.refuses(machine.name, proposal.run_id)
-    if out_of_scope:
-        return _reject(Code.UNAUTHORIZED, out_of_scope, proposal, principal, snapshot, now_ms)
+    # (Nothing of a run already there is told before its scope is checked.)
+    if scope is not None:
+        # Neither the machine asked for, nor that of a run already there, may be out of
+        # scope; nor the run continued: a key continues only a run it could act on.
+        out_of_scope = scope.refuses_machine(machine.name, proposal.run_id) or (
+            None if snapshot is None else scope.refuses_machine(snapshot.machine, proposal.run_id)
+        )
+        if out_of_scope is None and create.continues is not None:
+            out_of_scope = scope.refuses_run(create.continues.run_id)
+        if out_of_scope:
+            return _reject(Code.UNAUTHORIZED, out_of_scope, proposal, principal, None, now_ms)
     borrowed = _borrowed_timer_id(proposal, principal)
     if borrowed:
         return _reject(Code.UNAUTHORIZED, borrowed, proposal, principal, snapshot, now_ms)
     if snapshot is not None:
-        original = _original_revision(snapshot, proposal.proposal_id, seen)
-        if original is not None:
-            return _reject_duplicate(proposal, principal, snapshot, original, now_ms)
+        answer = _answer(snapshot, proposal.proposal_id, seen)
+        if answer is not None:
+            digest = digest_of(proposal, principal)
+            return _answered_again(proposal, principal, snapshot, answer, digest, now_ms)
         return _reject(
             Code.RUN_EXISTS,
             f"run '{proposal.run_id}' already exists (machine '{snapshot.machine}', "
@@ -403,6 +465,9 @@ def _decide_create(
             now_ms,
         )
 
+    over = _over_ceilings(machine, create)
+    if over is not None:
+        return _reject(Code.LIMIT_EXCEEDED, over, proposal, principal, None, now_ms)
     if create.continues is not None:
         too_large = oversized(create.checkpoint)
         if too_large is not None:
@@ -448,6 +513,10 @@ def _decide_create(
         "created_at_ms": now_ms,
         "updated_at_ms": now_ms,
         "entered_state_at_ms": now_ms,
+        "pause": None,
+        "fact_sources": {},
+        "heartbeat_id": None,
+        "heartbeat_signed_at_ms": None,
     }
     return _seal(machine, values, None, proposal, principal, now_ms)
 
@@ -572,6 +641,7 @@ def _commit(
     *,
     retry_count: int | None = None,
     facts: list[str] | None = None,
+    fact_sources: dict[str, FactSource] | None = None,
     steps: dict[str, StepRecord] | None = None,
     checkpoint: dict[str, Any] | None = None,
     stop_reason: str | None = None,
@@ -588,6 +658,7 @@ def _commit(
     values["revision"] = revision
     values["recent_proposals"] = recent
     values["heartbeat_at_ms"] = None  # the commit itself is the latest sign of life
+    values["heartbeat_id"] = values["heartbeat_signed_at_ms"] = None
     values["stop_reason"] = stop_reason
     values["last_reason"] = proposal.reason
     values["updated_at_ms"] = now_ms
@@ -595,22 +666,40 @@ def _commit(
         values["retry_count"] = retry_count
     if facts is not None:
         values["facts"] = facts
+    if fact_sources is not None:
+        values["fact_sources"] = fact_sources
     if steps is not None:
         values["steps"] = steps
     if checkpoint is not None:
         values["checkpoint"] = checkpoint
     if target != snapshot.state:
         values["entered_state_at_ms"] = now_ms
+        values["pause"] = (
+            Pause.trusted({"revision": revision, "asked_by": principal, "at_ms": now_ms})
+            if target in machine.approval_states
+            else None
+        )
     return _seal(
         machine, values, snapshot.state, proposal, principal, now_ms, snapshot.heartbeat_at_ms
     )
 
 
 def _beat(
-    machine: Machine, snapshot: RunSnapshot, proposal: Proposal, principal: Principal, now_ms: int
+    machine: Machine,
+    snapshot: RunSnapshot,
+    proposal: Proposal,
+    principal: Principal,
+    now_ms: int,
+    signed_at_ms: int | None,
 ) -> Beat:
     """The heartbeat's snapshot: the same run, alive at `now_ms`."""
-    alive = alive_at(machine, snapshot, max(now_ms, snapshot.heartbeat_at_ms or now_ms))
+    alive = alive_at(
+        machine,
+        snapshot,
+        max(now_ms, snapshot.heartbeat_at_ms or now_ms),
+        heartbeat_id=proposal.proposal_id,
+        heartbeat_signed_at_ms=signed_at_ms,
+    )
     deadline = next(
         (t.due_at_ms for t in alive.timers if t.kind == "deadline" and t.name == "heartbeat"),
         None,
@@ -626,16 +715,29 @@ def _beat(
             principal=principal,
             at_ms=now_ms,
             deadline_ms=deadline,
+            signed_at_ms=signed_at_ms,
         )
     )
     return Beat(alive, heartbeat)
 
 
-def alive_at(machine: Machine, snapshot: RunSnapshot, heartbeat_at_ms: int | None) -> RunSnapshot:
+def alive_at(
+    machine: Machine,
+    snapshot: RunSnapshot,
+    heartbeat_at_ms: int | None,
+    *,
+    heartbeat_id: str | None = None,
+    heartbeat_signed_at_ms: int | None = None,
+) -> RunSnapshot:
     """The run with its latest heartbeat at `heartbeat_at_ms` and its timers armed again
-    from it: only the heartbeat deadline moves, the others keep their due times."""
+    from it: only the heartbeat deadline moves, the others keep their due times.
+    `heartbeat_id` and `heartbeat_signed_at_ms` name the heartbeat taken, when one is."""
     values = dict(snapshot.__dict__)
     values["heartbeat_at_ms"] = heartbeat_at_ms
+    if heartbeat_id is not None:
+        values["heartbeat_id"] = heartbeat_id
+        if heartbeat_signed_at_ms is not None:
+            values["heartbeat_signed_at_ms"] = heartbeat_signed_at_ms
     values["timers"] = _armed(machine, values)
     return RunSnapshot.trusted(values)
 
@@ -709,6 +811,13 @@ def _failed_guard(edge: Edge, snapshot: RunSnapshot) -> str | None:
             missing = [f for f in guard.facts if f not in snapshot.facts]
             if missing:
                 return f"required facts missing: {', '.join(missing)}"
+        elif guard.kind is GuardKind.STEPS_SETTLED:
+            executing = executing_steps(snapshot)
+            if executing:
+                return (
+                    f"steps still executing: {', '.join(executing)}; settle each "
+                    "(step_succeeded, or step_failed with what you found) first"
+                )
         elif snapshot.retry_count < snapshot.max_retries:  # RETRIES_EXHAUSTED
             return (
                 f"retry budget not spent ({snapshot.retry_count} of {snapshot.max_retries} used); "
@@ -823,27 +932,44 @@ def _moved_deadline(snapshot: RunSnapshot, proposal: Proposal, now_ms: int) -> s
     )
 
 
-def _original_revision(
-    snapshot: RunSnapshot, proposal_id: str, seen: Callable[[str], int | None] | None
-) -> int | None:
-    recent = snapshot.recent_proposals
-    original = recent.get(proposal_id)
-    # The store is asked only when the window has let ids go: a run's revisions 0..r
-    # committed r + 1 ids, all still in the window while it holds r + 1 (a store lookup
-    # per proposal was 3 % of the worker's time, nearly always for a new id).
-    if original is None and seen is not None and len(recent) <= snapshot.revision:
-        original = seen(proposal_id)
-    return original
+def _answer(
+    snapshot: RunSnapshot, proposal_id: str, seen: Callable[[str], Answer | None] | None
+) -> Answer | None:
+    """What the run answered `proposal_id` before, if it did: `seen` knows every answer
+    of the run's life; the snapshot keeps its latest commits (all a caller without a
+    store has)."""
+    if seen is not None:
+        answer = seen(proposal_id)
+        if answer is not None:
+            return answer
+    revision = snapshot.recent_proposals.get(proposal_id)
+    return None if revision is None else Answer(revision, None)
 
 
-def _reject_duplicate(
+def _answered_again(
     proposal: Proposal,
     principal: Principal,
     snapshot: RunSnapshot,
-    original: int,
+    answer: Answer,
+    digest: str,
     now_ms: int,
 ) -> Rejection:
-    original_id = transition_id(snapshot.run_id, original)
+    """The first answer again for the same proposal; `proposal_id_reused` for another
+    one under its id, which tells nothing of the first answer but its kind."""
+    if answer.digest is not None and answer.digest != digest:
+        return _reject(
+            Code.PROPOSAL_ID_REUSED,
+            f"proposal id '{proposal.proposal_id}' was already {answer.kind} for another "
+            "proposal (other content or principal); every proposal needs an id of its own",
+            proposal,
+            principal,
+            None,
+            now_ms,
+        )
+    if answer.rejection is not None:
+        return answer.rejection
+    assert answer.revision is not None
+    original_id = transition_id(snapshot.run_id, answer.revision)
     return _reject(
         Code.DUPLICATE,
         f"proposal '{proposal.proposal_id}' was already committed as {original_id}",
@@ -853,6 +979,83 @@ def _reject_duplicate(
         now_ms,
         original_transition_id=original_id,
     )
+
+
+def _replayed_heartbeat(
+    snapshot: RunSnapshot, proposal: Proposal, signed_at_ms: int | None
+) -> str | None:
+    """Why a heartbeat is not taken, when it is one taken already, or signed no later
+    than the latest heartbeat taken or before the run's latest transition: a replayed
+    heartbeat would otherwise push the run's deadline out. (The transition is itself
+    the run's latest sign of life, so an honest heartbeat lost to this loses nothing.)"""
+    if proposal.proposal_id == snapshot.heartbeat_id:
+        return f"heartbeat '{proposal.proposal_id}' was already taken"
+    if signed_at_ms is None:
+        return None
+    latest = snapshot.heartbeat_signed_at_ms
+    if latest is not None and signed_at_ms <= latest:
+        return (
+            f"heartbeat signed at {signed_at_ms}, not after the latest taken (signed at "
+            f"{latest}): a replay, or sent out of order; it moves no deadline"
+        )
+    if signed_at_ms < snapshot.updated_at_ms:
+        return (
+            f"heartbeat signed at {signed_at_ms}, before the run's latest transition "
+            f"({snapshot.updated_at_ms}): a replay, or sent late; it moves no deadline"
+        )
+    return None
+
+
+def _unbound_approval(
+    snapshot: RunSnapshot, payload: ApprovalPayload, principal: Principal, now_ms: int
+) -> tuple[Code, str] | None:
+    """Why an approver's decision does not answer the run's pause, if it does not."""
+    pause = snapshot.pause
+    # A run that entered its wait before pauses were recorded: the wait's revision is
+    # the run's (nothing commits inside a wait of the built-in machines).
+    revision = snapshot.revision if pause is None else pause.revision
+    if payload.pause != revision:
+        return (
+            Code.APPROVAL_WRONG_PAUSE,
+            f"the decision answers the pause entered at revision {payload.pause}; the run "
+            f"waits in the pause entered at revision {revision}: decide on that one",
+        )
+    if payload.expires_at_ms <= now_ms:
+        return (
+            Code.APPROVAL_EXPIRED,
+            f"the decision expired at {payload.expires_at_ms}, before it was appended "
+            f"({now_ms}); decide again",
+        )
+    if pause is not None and pause.asked_by.source == principal.source:
+        return (
+            Code.SELF_APPROVAL,
+            f"{principal.source} asked for this approval and may not decide it; another "
+            "principal with the approver role must",
+        )
+    return None
+
+
+def _over_ceilings(machine: Machine, create: CreatePayload) -> str | None:
+    """Why a creation's chosen limits are beyond the machine's ceilings, if they are."""
+    ceilings = machine.spec.ceilings
+    options = create.options
+    if options.max_retries is not None and options.max_retries > ceilings.max_retries:
+        return f"max_retries {options.max_retries} is over the ceiling {ceilings.max_retries}"
+    criteria = options.success_criteria
+    if criteria is not None and len(criteria) > ceilings.max_success_criteria:
+        return (
+            f"{len(criteria)} success criteria are over the ceiling {ceilings.max_success_criteria}"
+        )
+    deadlines = options.deadlines
+    if deadlines is not None:
+        for name, value in deadlines.__dict__.items():
+            if value is not None and value > ceilings.max_timeout_ms:
+                return f"{name} {value} is over the ceiling {ceilings.max_timeout_ms} ms"
+    return None
+
+
+def executing_steps(snapshot: RunSnapshot) -> list[str]:
+    return sorted(n for n, r in snapshot.steps.items() if r.status is StepStatus.EXECUTING)
 
 
 def _reject(
@@ -879,6 +1082,7 @@ def _reject(
             revision=None if snapshot is None else snapshot.revision,
             original_transition_id=original_transition_id,
             step_result=step_result,
+            content_digest=None,
             at_ms=now_ms,
         )
     )

@@ -143,7 +143,55 @@ def lint(spec: MachineSpec) -> list[LintIssue]:
         if alert.state not in states:
             issues.append(LintIssue(("alerts", i, "state"), f"unknown state '{alert.state}'"))
 
+    issues += _approval_issues(spec, terminal)
     issues += _graph_issues(spec, states, terminal)
+    return issues
+
+
+def _approval_issues(spec: MachineSpec, terminal: set[str]) -> list[LintIssue]:
+    """An approval wait is left only by an approver's decision, or into a finished
+    state (denied, timed out, cancelled); and no authority both asks and decides."""
+    issues: list[LintIssue] = []
+    for name, event in spec.events.items():
+        if event.approval is not None and event.records_fact:
+            issues.append(
+                LintIssue(("events", name), "an approval decision cannot also record a fact")
+            )
+    waits = {
+        t.source
+        for t in spec.transitions
+        if t.event in spec.events and spec.events[t.event].approval is not None
+    }
+    for i, edge in enumerate(spec.transitions):
+        asked = spec.events.get(edge.event)
+        if asked is None:
+            continue
+        if edge.source in waits and asked.approval is None and edge.target not in terminal:
+            issues.append(
+                LintIssue(
+                    ("transitions", i),
+                    f"'{edge.event}' leaves approval wait '{edge.source}' for '{edge.target}', "
+                    "which is not finished: only an approver's decision (an event with "
+                    "`approval`) may move a waiting run on",
+                )
+            )
+        if edge.target in waits and edge.source != edge.target:
+            deciders = {
+                a
+                for t in spec.transitions
+                if t.source == edge.target and t.event in spec.events
+                for a in (spec.events[t.event].authorities if spec.events[t.event].approval else ())
+            }
+            both = sorted(set(asked.authorities) & deciders)
+            if both:
+                issues.append(
+                    LintIssue(
+                        ("transitions", i),
+                        f"authority {', '.join(both)} may both ask for the approval "
+                        f"('{edge.event}' into '{edge.target}') and decide it: whoever asks "
+                        "must not be able to approve",
+                    )
+                )
     return issues
 
 

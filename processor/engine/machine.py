@@ -5,14 +5,15 @@ import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import rfc8785
 from pydantic import BaseModel
 
 from processor.engine.lint import CHECKPOINT_EVENT, HEARTBEAT_EVENT, LintIssue, lint
 from processor.engine.steps import STEP_PAYLOADS
-from schemas.machine import EventSpec, Guard, MachineSpec, RetryPolicy, TransitionSpec
-from schemas.messages import CheckpointPayload, FactPayload
+from schemas.machine import Ceilings, EventSpec, Guard, MachineSpec, RetryPolicy, TransitionSpec
+from schemas.messages import ApprovalPayload, CheckpointPayload, FactPayload
 
 
 class MachineInvalid(ValueError):
@@ -77,6 +78,9 @@ class Machine:
     #: pydantic model costs several times one of this slotted dataclass.
     dedupe_window: int = 0
     retry: RetryPolicy | None = None
+    #: Approval waits: states an approver's decision (an `approval` event) leaves. A
+    #: commit entering one records the pause (its revision, who asked).
+    approval_states: frozenset[str] = frozenset()
 
     @property
     def name(self) -> str:
@@ -87,8 +91,30 @@ def version_of(spec: MachineSpec) -> str:
     """A machine version: the first 16 hex digits of the SHA-256 of the spec as RFC 8785
     canonical JSON, as the transitions are hashed, so that a tool in another language
     computes it too. Any change to what the machine decides makes a new version."""
-    canonical = rfc8785.dumps(spec.model_dump(mode="json", by_alias=True))
+    canonical = rfc8785.dumps(_versioned_content(spec))
     return hashlib.sha256(canonical).hexdigest()[:16]
+
+
+#: Fields machine specs gained after versions were first published, each with the value
+#: that means what a spec without it meant: left out of the digest at that value, so
+#: that every version published before keeps its digest (and its runs their machine).
+_LATER_FIELDS = {
+    "concurrent_steps": False,
+    "ceilings": Ceilings().model_dump(mode="json"),
+}
+_LATER_EVENT_FIELDS = {"approval": None}
+
+
+def _versioned_content(spec: MachineSpec) -> dict[str, Any]:
+    content = spec.model_dump(mode="json", by_alias=True)
+    for name, default in _LATER_FIELDS.items():
+        if content.get(name) == default:
+            del content[name]
+    for event in content["events"].values():
+        for name, default in _LATER_EVENT_FIELDS.items():
+            if event.get(name) == default:
+                del event[name]
+    return content
 
 
 class Catalog(dict[str, Machine]):
@@ -159,7 +185,7 @@ def compile_machine(spec: MachineSpec) -> Machine:
         name: EventRule(
             frozenset(event.authorities),
             tuple(event.sources),
-            FactPayload if event.records_fact else None,
+            _payload_model(event),
             is_step=False,
             source_pattern=_sources_pattern(event.sources),
         )
@@ -191,6 +217,22 @@ def compile_machine(spec: MachineSpec) -> Machine:
         quiet_states=_quiet_states(spec, retry_states),
         dedupe_window=spec.dedupe_window,
         retry=spec.retry,
+        approval_states=approval_states(spec),
+    )
+
+
+def _payload_model(event: EventSpec) -> type[BaseModel] | None:
+    if event.records_fact:
+        return FactPayload
+    return ApprovalPayload if event.approval is not None else None
+
+
+def approval_states(spec: MachineSpec) -> frozenset[str]:
+    """The states an approver's decision leaves: where runs wait for one."""
+    return frozenset(
+        t.source
+        for t in spec.transitions
+        if t.event in spec.events and spec.events[t.event].approval is not None
     )
 
 

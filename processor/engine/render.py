@@ -20,6 +20,8 @@ def table_rows(machine: Machine) -> list[tuple[str, str, str, str, str]]:
             conditions.append(f"guard {guard.kind.value}{facts}")
         if event.records_fact:
             conditions.append("records fact")
+        if event.approval is not None:
+            conditions.append(f"approval {event.approval}: bound to the pause, not the asker")
         retry = machine.spec.retry
         if retry is not None and t.event == retry.event:
             conditions.append("spends retry budget")

@@ -1,8 +1,11 @@
 """The step ledger (execute a step at most once, by its idempotency key), enforced by the engine.
 
-A step moves none → executing → succeeded | failed; a failed or still-executing step
-may be started again (the agent checked the outside world first). A succeeded step
-is never started again: the refusal carries its stored result instead.
+A step moves none → executing → succeeded | failed. A failed step may be started
+again; a succeeded one never (the refusal carries its stored result instead); an
+executing one not until it is settled: its outcome is unknown until the agent says what
+it found (`step_failed` after a crash, once it checked the outside world), so starting
+it again under any key could run the side effect twice. A step starts only while no
+other is executing, unless the machine declares `concurrent_steps`.
 """
 
 from typing import Any
@@ -29,7 +32,9 @@ STEP_PAYLOADS: dict[str, type[BaseModel]] = {
 StepRefusal = tuple[RejectionCode, str, Any]
 
 
-def apply_step(snapshot: RunSnapshot, event: str, payload: Any) -> StepRecord | StepRefusal:
+def apply_step(
+    snapshot: RunSnapshot, event: str, payload: Any, *, concurrent: bool = False
+) -> StepRecord | StepRefusal:
     """The step's next ledger entry, or why the event is refused."""
     step: str = payload.step
     record = snapshot.steps.get(step)
@@ -42,6 +47,25 @@ def apply_step(snapshot: RunSnapshot, event: str, payload: Any) -> StepRecord | 
             record.result,
         )
     if isinstance(payload, StepStartedPayload):
+        if record is not None and record.status is StepStatus.EXECUTING:
+            return (
+                RejectionCode.STEP_IN_PROGRESS,
+                f"step '{step}' is executing (started at revision {record.revision}); "
+                "settle it first: step_succeeded, or step_failed with what you found",
+                None,
+            )
+        others = [
+            name
+            for name, other in snapshot.steps.items()
+            if other.status is StepStatus.EXECUTING and name != step
+        ]
+        if others and not concurrent:
+            return (
+                RejectionCode.STEP_IN_PROGRESS,
+                f"step {', '.join(sorted(others))} is executing and this machine runs one "
+                "step at a time; settle it first",
+                None,
+            )
         return StepRecord.trusted(
             dict(
                 status=StepStatus.EXECUTING,
@@ -51,6 +75,7 @@ def apply_step(snapshot: RunSnapshot, event: str, payload: Any) -> StepRecord | 
                 # A previous failure stays visible until the step succeeds: errors are kept.
                 error=None if record is None else record.error,
                 revision=revision,
+                call_id=payload.call_id,
             )
         )
     if record is None or record.status is not StepStatus.EXECUTING:
@@ -60,7 +85,12 @@ def apply_step(snapshot: RunSnapshot, event: str, payload: Any) -> StepRecord | 
             f"step '{step}' is not executing ({status}); send 'step_started' first",
             None,
         )
+    call_id = payload.call_id or record.call_id
     if isinstance(payload, StepSucceededPayload):
-        return record.evolved(status=StepStatus.SUCCEEDED, result=payload.result, revision=revision)
+        return record.evolved(
+            status=StepStatus.SUCCEEDED, result=payload.result, revision=revision, call_id=call_id
+        )
     assert isinstance(payload, StepFailedPayload)
-    return record.evolved(status=StepStatus.FAILED, error=payload.error, revision=revision)
+    return record.evolved(
+        status=StepStatus.FAILED, error=payload.error, revision=revision, call_id=call_id
+    )

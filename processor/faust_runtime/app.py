@@ -32,6 +32,7 @@ from faust.types import TP
 from processor.cluster import client_id
 from processor.config import WorkerConfig
 from processor.engine import Beat, Commit, Forget
+from processor.engine.answers import Answer, committed_digest
 from processor.faust_runtime import datadir_of
 from processor.faust_runtime.kafka import faust_kafka_settings
 from processor.faust_runtime.observe import StateIndex, faust_metrics
@@ -49,7 +50,14 @@ from processor.faust_runtime.web import FaustNode, Web, serve_api
 from processor.keyring import KeyringWatch
 from processor.logs import log_outcomes, logged
 from processor.metrics import MetricsBatch
-from processor.outputs import OutputRecord, Source, dead_letter_record, outcome_records
+from processor.outputs import (
+    OutputRecord,
+    Source,
+    answer_changelog_key,
+    answers_changelog_prefix,
+    dead_letter_record,
+    outcome_records,
+)
 from processor.pipeline import (
     DeadLetterReason,
     Outcome,
@@ -59,7 +67,7 @@ from processor.pipeline import (
 )
 from processor.punctuator import Punctuator, timer_key
 from processor.read_fence import ReadFence
-from schemas.messages import RunSnapshot
+from schemas.messages import Rejection, RunSnapshot
 
 log = logging.getLogger("runstate.faust")
 
@@ -362,14 +370,15 @@ def build_app(
             own: list[OutputRecord] = []
             if isinstance(outcome, Commit):  # dedupe for the run's life
                 t = outcome.transition
-                revision = str(t.revision).encode()
+                answer = f"{t.revision} {committed_digest(t)}".encode()
                 own.append(
-                    OutputRecord(topics.changelog, proposal_key(t.run_id, t.proposal_id), revision)
+                    OutputRecord(topics.changelog, proposal_key(t.run_id, t.proposal_id), answer)
                 )
-            elif isinstance(outcome, Forget):  # its proposal ids go with it
-                prefix = proposals_prefix(outcome.transition.run_id)
+            elif isinstance(outcome, Forget):  # its proposal ids and answers go with it
+                run_id = outcome.transition.run_id
                 own += [
                     OutputRecord(topics.changelog, key, None)
+                    for prefix in (proposals_prefix(run_id), answers_changelog_prefix(run_id))
                     for key in runs.partition_keys(partition, prefix)
                 ]
             if own:
@@ -430,19 +439,26 @@ def build_app(
         current: Callable[[str], RunSnapshot | None],
         run_id: str,
         proposal_id: str,
-    ) -> int | None:
-        """The revision that committed `proposal_id`, for the run's life. A revision past
+    ) -> Answer | None:
+        """What the run answered `proposal_id`, for the run's life: the refusal it
+        remembers, or the revision that committed it. A revision past
         the run's own is not a commit of it: an outcome's proposal-id record goes to the
         changelog before its snapshot (not in one transaction), and a crash between the
         two left the id recorded and the run unmoved. Taken as a commit, the proposal was
         refused `duplicate` when decided again, the run never took it, and the next
         proposal got its revision: two different transitions with one id (CI, SIGKILL)."""
+        refused = runs.partition_get(partition, answer_changelog_key(run_id, proposal_id))
+        if refused is not None:
+            rejection = Rejection.model_validate_json(refused)
+            return Answer(None, rejection.content_digest, rejection)
         raw = runs.partition_get(partition, proposal_key(run_id, proposal_id))
         if raw is None:
             return None
-        revision = int(raw)
+        revision, _, digest = bytes(raw).partition(b" ")
         run = current(run_id)
-        return revision if run is not None and revision <= run.revision else None
+        if run is None or int(revision) > run.revision:
+            return None
+        return Answer(int(revision), digest.decode() or None)
 
     def owned() -> list[int]:
         return sorted(

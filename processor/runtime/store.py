@@ -36,11 +36,15 @@ from rocksdict import (
 )
 
 from processor.engine import Beat, Commit
+from processor.engine.answers import Answer, committed_digest
 from processor.outputs import (
+    ANSWER_CHANGELOG_PREFIX,
     FIRED_CHANGELOG_PREFIX,
     HISTORY_CHANGELOG_PREFIX,
     TimerMarks,
     Where,
+    answer_changelog_key,
+    parse_answer_changelog_key,
     parse_history_changelog_key,
     parse_index,
     parse_revision_header,
@@ -58,14 +62,18 @@ _FIRED = b"f/"  # f/ + run id -> JSON {"revision": r, "names": [...]}
 _BY_STATE = b"i/"  # i/ + machine \0 state \0 + entered (8 bytes) + run id -> b""
 _BY_STATE_OF = b"x/"  # x/ + run id -> its key in the by-state index
 _REFUSALS = b"j/"  # j/ + run id (length-prefixed) + at (8 bytes) + proposal id -> Rejection
-_PROPOSAL = b"p/"  # p/ + run id (length-prefixed) + proposal id -> revision that committed it
+# p/ + run id (length-prefixed) + proposal id -> what the run answered it: the revision
+# that committed it, or _REFUSED + the rejection (its answer for the run's life)
+_PROPOSAL = b"p/"
+_REFUSED = b"!"
 _META = b"m/"  # m/ + name -> value (the layout's format version)
 _FORMAT_KEY = _META + b"format"
 #: The layout of keys and values described above. Raise it with any change to them.
 #: 2: the proposal ids of every run (`p/`); fired marks name their timers' due times.
 #: 3: history and proposal ids restored from the changelog's history records (a store
 #: restores from the changelog alone); forgotten runs.
-STORE_FORMAT = 3
+#: 4: refusals a run remembers, among its proposal ids (`p/`).
+STORE_FORMAT = 4
 log = logging.getLogger("runstate.store")
 # Memory RocksDB may take as runs grow: one block cache shared by every partition store
 # of the process, and small memtables per store (RocksDB's defaults: 64 MB, two of them,
@@ -329,10 +337,31 @@ class PartitionStore:
     def history(self, run_id: str) -> list[Transition]:
         return [Transition.model_validate_json(v) for v in self._scan(_history_prefix(run_id))]
 
-    def seen(self, run_id: str, proposal_id: str) -> int | None:
-        """The revision that committed `proposal_id` in the run, for the run's life."""
+    def seen(self, run_id: str, proposal_id: str) -> Answer | None:
+        """What the run answered `proposal_id`, for the run's life."""
         raw = self._db.get(_proposal_key(run_id, proposal_id))
-        return None if raw is None else int(raw)
+        if raw is None:
+            return None
+        if raw[:1] == _REFUSED:
+            rejection = Rejection.model_validate_json(raw[1:])
+            return Answer(None, rejection.content_digest, rejection)
+        revision = int(raw)
+        return Answer(revision, self._digest_at(run_id, revision))
+
+    def _digest_at(self, run_id: str, revision: int) -> str | None:
+        raw = self._db.get(_history_key(run_id, revision))
+        return None if raw is None else committed_digest(Transition.model_validate_json(raw))
+
+    def answer_keys(self, run_id: str) -> list[bytes]:
+        """The changelog keys of the refusals the run remembers."""
+        prefix = _proposals_prefix(run_id)
+        keys = []
+        for key, value in self._db.items(from_key=prefix):
+            if not (isinstance(key, bytes) and key.startswith(prefix)):
+                break
+            if isinstance(value, bytes) and value[:1] == _REFUSED:
+                keys.append(answer_changelog_key(run_id, key[len(prefix) :].decode()))
+        return keys
 
     def offset(self, topic: str) -> int | None:
         """The next offset of `topic` (this partition) not yet reflected here."""
@@ -449,6 +478,8 @@ class PartitionStore:
         for rejection, encoded in changes.refusals:
             key = _refusals_prefix(rejection.run_id or "") + struct.pack(">Q", rejection.at_ms)
             batch.put(key + (rejection.proposal_id or "").encode(), encoded)
+        for (run_id, proposal_id), (_, encoded) in changes.answers.items():
+            batch.put(_proposal_key(run_id, proposal_id), _REFUSED + encoded)
         for run_id, marks in changes.fired_marks.items():
             batch.put(_FIRED + run_id.encode(), marks.encode())
         changed = sorted(set(staged) | set(changes.fired_marks))
@@ -596,6 +627,13 @@ class PartitionStore:
                 raise ValueError(f"history key of revision {revision} holds {committed}")
             batch.put(_history_key(run_id, revision), value)
             batch.put(_proposal_key(run_id, proposal_id), str(revision).encode())
+            return True
+        if key.startswith(ANSWER_CHANGELOG_PREFIX):
+            run_id, proposal_id = parse_answer_changelog_key(key)
+            if value is None:
+                batch.delete(_proposal_key(run_id, proposal_id))
+            else:
+                batch.put(_proposal_key(run_id, proposal_id), _REFUSED + value)
             return True
         if key.startswith(FIRED_CHANGELOG_PREFIX):
             run_id = key[len(FIRED_CHANGELOG_PREFIX) :].decode()
@@ -755,13 +793,21 @@ class PartitionTransaction:
         self.history: list[tuple[Transition, bytes]] = []
         self.fired_marks: dict[str, Fired] = {}
         self.refusals: list[tuple[Rejection, bytes]] = []
-        self.committed: dict[tuple[str, str], int] = {}  # (run, proposal id) -> revision
+        # (run, proposal id) -> the transition that committed it
+        self.committed: dict[tuple[str, str], Transition] = {}
+        # (run, proposal id) -> the refusal the run remembers, as published
+        self.answers: dict[tuple[str, str], tuple[Rejection, bytes]] = {}
         self.forgotten: set[str] = set()  # runs dropped by this transaction (retention)
 
     @property
     def empty(self) -> bool:
         return not (
-            self.snapshots or self.history or self.fired_marks or self.refusals or self.forgotten
+            self.snapshots
+            or self.history
+            or self.fired_marks
+            or self.refusals
+            or self.answers
+            or self.forgotten
         )
 
     def snapshot(self, run_id: str) -> RunSnapshot | None:
@@ -781,13 +827,34 @@ class PartitionTransaction:
             return self.base.fired(run_id)
         return self.store.fired(run_id)
 
-    def seen(self, run_id: str, proposal_id: str) -> int | None:
-        staged = self.committed.get((run_id, proposal_id))
-        if staged is not None or run_id in self.forgotten:
-            return staged
+    def seen(self, run_id: str, proposal_id: str) -> Answer | None:
+        """What the run answered `proposal_id`: this transaction's answers included."""
+        key = (run_id, proposal_id)
+        staged = self.committed.get(key)
+        if staged is not None:
+            return Answer(staged.revision, committed_digest(staged))
+        refused = self.answers.get(key)
+        if refused is not None:
+            return Answer(None, refused[0].content_digest, refused[0])
+        if run_id in self.forgotten:
+            return None
         if self.base is not None:
             return self.base.seen(run_id, proposal_id)
         return self.store.seen(run_id, proposal_id)
+
+    def answer_keys(self, run_id: str) -> list[bytes]:
+        """The changelog keys of the refusals the run remembers, staged ones included."""
+        keys = (
+            set()
+            if run_id in self.forgotten
+            else set(
+                self.base.answer_keys(run_id)
+                if self.base is not None
+                else self.store.answer_keys(run_id)
+            )
+        )
+        keys.update(answer_changelog_key(r, p) for r, p in self.answers if r == run_id)
+        return sorted(keys)
 
     def settled(self) -> None:
         """The base transaction's changes reached the store: read the store again."""
@@ -815,7 +882,7 @@ class PartitionTransaction:
                 or commit.transition.model_dump_json().encode(),
             )
         )
-        self.committed[(run_id, commit.transition.proposal_id)] = commit.transition.revision
+        self.committed[(run_id, commit.transition.proposal_id)] = commit.transition
 
     def stage_beat(self, beat: Beat, snapshot_json: bytes | None = None) -> None:
         """A heartbeat: the run's snapshot alive, its heartbeat deadline moved."""
@@ -833,10 +900,15 @@ class PartitionTransaction:
         self.history = [(t, raw) for t, raw in self.history if t.run_id != run_id]
         self.refusals = [(r, raw) for r, raw in self.refusals if r.run_id != run_id]
         self.committed = {k: v for k, v in self.committed.items() if k[0] != run_id}
+        self.answers = {k: v for k, v in self.answers.items() if k[0] != run_id}
 
     def stage_refusal(self, rejection: Rejection, encoded: bytes | None = None) -> None:
-        """A refused proposal of an existing run (the inspector's timeline)."""
-        self.refusals.append((rejection, encoded or rejection.model_dump_json().encode()))
+        """A refused proposal of an existing run (the inspector's timeline), and, when
+        the run remembers it (`content_digest`), its answer to the proposal id."""
+        encoded = encoded or rejection.model_dump_json().encode()
+        self.refusals.append((rejection, encoded))
+        if rejection.content_digest is not None and rejection.run_id is not None:
+            self.answers[(rejection.run_id, rejection.proposal_id or "")] = (rejection, encoded)
 
     def stage_fired(self, run_id: str, revision: int, name: str, due_ms: int) -> Fired:
         marks = self.fired(run_id).with_name(revision, name, due_ms)

@@ -459,7 +459,10 @@ class Worker:
         # A poisoned record's DLQ record stays small: it must fit whatever the broker takes.
         limits = self.limits if self.quarantine.poisoned(partition, offset) is None else SMALL
         try:
-            records = outcome_records(self.topics, outcome, source, limits)
+            answers = (
+                store.answer_keys(outcome.transition.run_id) if isinstance(outcome, Forget) else ()
+            )
+            records = outcome_records(self.topics, outcome, source, limits, answers)
         except Exception as exc:  # a bug must not turn one record into a stalled partition
             log.exception("publishing %s[%s]@%s failed", source.topic, partition, offset)
             outcome = DeadLetterReason(f"internal error while encoding its outcome: {exc!r}")

@@ -4,6 +4,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from processor.engine import Beat, Commit, Decision, Machine, decide
+from processor.engine.answers import Answer, committed_digest
 from processor.machines import builtin_machines
 from schemas import Principal, Proposal, Rejection, RunSnapshot, Transition
 
@@ -25,7 +26,7 @@ class Driver:
         self.tick_ms = tick_ms  # broker time between two proposals
         self.snapshot: RunSnapshot | None = None
         self.history: list[Transition] = []
-        self.committed: dict[str, int] = {}  # every proposal id, for the run's life
+        self.answers: dict[str, Answer] = {}  # every proposal id answered, for the run's life
         self.now = 1_700_000_000_000
         self._n = 0
 
@@ -51,15 +52,34 @@ class Driver:
             metadata=metadata or {},
         )
         decision = decide(
-            self.machines, self.snapshot, proposal, principal, self.now, self.committed.get
+            self.machines, self.snapshot, proposal, principal, self.now, self.answers.get
         )
         self.now += self.tick_ms
         if isinstance(decision, Commit | Beat):
             self.snapshot = decision.snapshot
         if isinstance(decision, Commit):
-            self.history.append(decision.transition)
-            self.committed[proposal.proposal_id] = decision.transition.revision
+            t = decision.transition
+            self.history.append(t)
+            self.answers[proposal.proposal_id] = Answer(t.revision, committed_digest(t))
+        elif isinstance(decision, Rejection) and decision.content_digest is not None:
+            self.answers[proposal.proposal_id] = Answer(None, decision.content_digest, decision)
         return decision
+
+    @property
+    def committed(self) -> dict[str, int]:
+        """Every proposal id the run committed, with its revision."""
+        return {p: a.revision for p, a in self.answers.items() if a.revision is not None}
+
+    def decision(self, expires_in_ms: int = 3_600_000, pause: int | None = None) -> dict[str, Any]:
+        """An approver's decision payload for the pause the run is in (or `pause`)."""
+        assert self.snapshot is not None
+        if pause is None:
+            pause = (
+                self.snapshot.revision
+                if self.snapshot.pause is None
+                else self.snapshot.pause.revision
+            )
+        return {"pause": pause, "expires_at_ms": self.now + expires_in_ms}
 
     def commit(self, event: str, principal: Principal = RUNTIME, **kw: Any) -> Commit:
         decision = self.propose(event, principal, **kw)

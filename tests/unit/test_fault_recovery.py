@@ -14,11 +14,13 @@ STEP = 0.01  # answers every 10 ms while nothing is wrong
 
 def _stream(start: float, end: float, stalls: list[tuple[float, float]]) -> list[float]:
     """Answers every STEP from `start` to `end`, none inside any (from, to) stall."""
-    out, t = [], start
-    while t < end:
+    # Times by counting steps, not by adding STEP up: a sum drifts, and an answer at a
+    # stall's very edge fell inside it or out of it by the drift alone.
+    out = []
+    for i in range(round((end - start) / STEP)):
+        t = round(start + i * STEP, 4)
         if not any(a < t < b for a, b in stalls):
-            out.append(round(t, 4))
-        t += STEP
+            out.append(t)
     return out
 
 

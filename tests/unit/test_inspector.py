@@ -13,7 +13,7 @@ def test_page_draws_the_machine_with_the_path_taken_and_the_current_state() -> N
     run.commit("start")
     run.commit("pause_for_approval")
     refused = run.refuse("complete")  # not allowed while paused
-    run.commit("approval_granted", APPROVER)
+    run.commit("approval_granted", APPROVER, payload=run.decision())
     assert run.snapshot is not None
     machine = builtin_machines()["task_lifecycle"]
     html = page("r<1>", machine, run.snapshot, run.history, [refused], run.now)

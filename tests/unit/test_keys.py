@@ -8,9 +8,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
 from processor.cli.keys import keys
 from processor.engine import Scope, decide
+from processor.engine.scope import SEPARATORS
 from processor.intake import Credential, Unproven, authenticate
 from processor.keyring import KeyringWatch, load_keyring, load_signing_key
 from processor.machines import builtin_machines
@@ -124,3 +127,61 @@ def test_scope_is_authority_checked_by_the_engine() -> None:
     start = Proposal(proposal_id="s", run_id="team-b/1", event="start")
     later = decide(machines, made.snapshot, start, runtime, 2, None, team_a)  # type: ignore[union-attr]
     assert isinstance(later, Rejection) and later.code is RejectionCode.UNAUTHORIZED
+
+
+@pytest.mark.parametrize(
+    ("prefix", "run_id", "reached"),
+    [
+        ("team-a", "team-a", True),
+        ("team-a", "team-a-7", True),
+        ("team-a", "team-a/7", True),
+        ("team-a", "team-a:7", True),
+        ("team-a", "team-ab-7", False),
+        ("team-a", "team-a7", False),
+        ("team-a-", "team-a-7", True),
+        ("team-a/", "team-ab/7", False),
+        ("team-a", "team-", False),
+    ],
+)
+def test_scope_prefixes_match_on_a_separator_boundary(
+    prefix: str, run_id: str, reached: bool
+) -> None:
+    assert (Scope("k", None, (prefix,)).refuses_run(run_id) is None) is reached
+
+
+@given(
+    prefix=st.text(alphabet="ab-/", min_size=1, max_size=6),
+    rest=st.text(alphabet="ab-/", max_size=6),
+)
+def test_a_scope_prefix_never_reaches_a_longer_word(prefix: str, rest: str) -> None:
+    """Whatever the prefix, a run id it reaches is the prefix itself or goes on past a
+    separator: never a longer word that merely starts the same."""
+    run_id = prefix + rest
+    reached = Scope("k", None, (prefix,)).refuses_run(run_id) is None
+    boundary = rest == "" or prefix[-1] in SEPARATORS or rest[0] in SEPARATORS
+    assert reached is boundary
+
+
+def test_a_refusal_out_of_scope_tells_nothing_of_the_run() -> None:
+    """A key out of a run's scope learns neither the run's state, revision nor machine,
+    nor whether it exists at all (for a key limited by run prefix)."""
+    machines = builtin_machines()
+    runtime = Principal(source="runtime", authority="runtime")
+    create = Proposal(
+        proposal_id="c", run_id="team-b/1", event="create", payload={"machine": "owned_run"}
+    )
+    made = decide(machines, None, create, runtime, 1)
+    assert hasattr(made, "snapshot")
+    team_a = Scope("k", None, ("team-a",))
+    for snapshot in (made.snapshot, None):  # type: ignore[union-attr]
+        for event in ("run_started", "create", "run_cancelled"):
+            probe = Proposal(proposal_id="x", run_id="team-b/1", event=event)
+            refused = decide(machines, snapshot, probe, runtime, 2, None, team_a)
+            assert isinstance(refused, Rejection) and refused.code is RejectionCode.UNAUTHORIZED
+            assert refused.state is None and refused.revision is None
+            assert "owned_run" not in refused.detail
+    machine_scoped = Scope("k", frozenset({"run_state"}), None)
+    probe = Proposal(proposal_id="x", run_id="team-b/1", event="run_started")
+    refused = decide(machines, made.snapshot, probe, runtime, 2, None, machine_scoped)  # type: ignore[union-attr]
+    assert isinstance(refused, Rejection) and refused.state is None and refused.revision is None
+    assert "owned_run" not in refused.detail and "queued" not in refused.detail

@@ -4,6 +4,7 @@ import pytest
 
 from processor.audit import Record, verify_partition
 from processor.engine import Beat, Commit, decide
+from processor.engine.answers import Answer
 from processor.keyring import generate_keyring, signing_key_from
 from processor.machines import builtin_machines
 from processor.pipeline import RunsInMemory, decide_record
@@ -68,7 +69,8 @@ def test_a_compare_and_set_proposal_commits_between_heartbeats() -> None:
                 payload={"step": step, "idempotency_key": step},
                 expected_revision=revision,
             )
-    assert run.snapshot is not None and run.snapshot.revision == 1 + 3
+            run.commit("step_succeeded", payload={"step": step}, expected_revision=revision + 1)
+    assert run.snapshot is not None and run.snapshot.revision == 1 + 3 * 2
 
 
 def test_heartbeats_push_the_deadline_and_a_late_one_is_refused() -> None:
@@ -141,7 +143,8 @@ def test_a_history_with_heartbeats_replays_and_verifies() -> None:
     ]
     events += [("heartbeat", {})] * 6
     events += [("step_started", {"step": "a", "idempotency_key": "a"})]
-    events += [("heartbeat", {})] * 3 + [("complete", {})]
+    events += [("heartbeat", {})] * 3
+    events += [("step_succeeded", {"step": "a"}), ("complete", {})]
     runs = RunsInMemory()
     proposals, transitions = [], []
     for offset, (event, payload) in enumerate(events):
@@ -171,10 +174,16 @@ def test_a_history_with_heartbeats_replays_and_verifies() -> None:
         runs.apply(outcome)
         if isinstance(outcome, Commit):
             transitions.append(outcome.transition)
-    assert [t.event for t in transitions] == ["create", "start", "step_started", "complete"]
+    assert [t.event for t in transitions] == [
+        "create",
+        "start",
+        "step_started",
+        "step_succeeded",
+        "complete",
+    ]
     assert transitions[2].heartbeat_at_ms is not None  # decided alive thanks to a beat
     replayed = apply_transitions(MACHINES, [(t, None) for t in transitions])
-    assert replayed.problems == [] and replayed.applied == 4
+    assert replayed.problems == [] and replayed.applied == 5
     records = [
         Record(0, i, b"r", t.model_dump_json().encode(), None, 0) for i, t in enumerate(transitions)
     ]
@@ -202,23 +211,24 @@ def test_a_rebuild_takes_the_liveness_from_the_heartbeats_answers() -> None:
     assert apply_heartbeats(MACHINES, replayed.snapshots, beats[:3]) == set()
 
 
-def test_the_store_is_asked_for_a_proposal_id_only_once_the_window_let_ids_go() -> None:
-    """Every id a run committed is in its snapshot's window until the window is full;
-    only then can a new id be an old one, and only then is the store asked."""
+def test_the_store_answers_every_id_the_snapshot_does_not_hold() -> None:
+    """The snapshot's window holds a run's latest commits only: the store (here the
+    driver's answers) is asked for every other id, and knows the refusals as well as
+    the commits for the run's life."""
     run = Driver()
     window = run.machines["owned_run"].dedupe_window
     run.create("owned_run")
     run.commit("run_started")
+    refused = run.refuse("run_resumed", proposal_id="early")  # not waiting: refused
     asked: list[str] = []
 
-    def seen(proposal_id: str) -> int | None:
+    def seen(proposal_id: str) -> Answer | None:
         asked.append(proposal_id)
-        return run.committed.get(proposal_id)
+        return run.answers.get(proposal_id)
 
     for n in range(window + 3):
         snapshot = run.snapshot
         assert snapshot is not None
-        complete = len(snapshot.recent_proposals) == snapshot.revision + 1
         proposal = Proposal(
             proposal_id=f"fact-{n}",
             run_id=run.run_id,
@@ -228,8 +238,8 @@ def test_the_store_is_asked_for_a_proposal_id_only_once_the_window_let_ids_go() 
         asked.clear()
         decision = decide(run.machines, snapshot, proposal, TOOL, run.now, seen)
         assert isinstance(decision, Commit), decision
-        assert asked == ([] if complete else [f"fact-{n}"]), (n, snapshot.revision)
+        assert asked == [f"fact-{n}"]
         run.commit("tool_result", TOOL, payload={"fact": f"f{n}=1"}, proposal_id=f"fact-{n}")
-    assert not complete  # the window did let ids go, and the store was asked
-    first = run.refuse("tool_result", TOOL, payload={"fact": "x=1"}, proposal_id="p1")
+    first = run.refuse("create", payload={"machine": "owned_run", "options": {}}, proposal_id="p1")
     assert first.code is RejectionCode.DUPLICATE  # the create's id: out of the window
+    assert run.refuse("run_resumed", proposal_id="early") == refused

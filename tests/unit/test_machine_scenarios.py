@@ -12,7 +12,7 @@ def test_task_lifecycle_full_lifecycle() -> None:
     run.commit("start")
     run.commit("pause_for_approval", payload={}, reason=None)
     assert run.state == "paused"
-    run.commit("approval_granted", APPROVER)
+    run.commit("approval_granted", APPROVER, payload=run.decision())
     run.commit("transient_error")
     assert run.state == "retrying"
     assert run.snapshot is not None and run.snapshot.retry_count == 0
@@ -67,8 +67,10 @@ def test_task_lifecycle_approval_denied_and_timeout_fail_the_run() -> None:
         run.create("task_lifecycle")
         run.commit("start")
         run.commit("pause_for_approval")
-        principal = APPROVER if event == "approval_denied" else RUNTIME
-        run.commit(event, principal)
+        if event == "approval_denied":
+            run.commit(event, APPROVER, payload=run.decision())
+        else:
+            run.commit(event, RUNTIME)
         assert run.state == "failed"
 
 
@@ -150,10 +152,31 @@ def test_owned_run_reasons_are_required_for_waiting_and_failed() -> None:
     run.commit("run_started")
     assert run.refuse("run_waiting").code is RejectionCode.REASON_REQUIRED
     assert run.refuse("run_waiting", reason="because").code is RejectionCode.REASON_REQUIRED
-    run.commit("run_waiting", reason="pending_approval")
-    run.commit("run_resumed", APPROVER)
+    # Waiting is for a callback; an approval is asked with its own event (and state).
+    assert (
+        run.refuse("run_waiting", reason="pending_approval").code is RejectionCode.REASON_REQUIRED
+    )
+    run.commit("run_waiting", reason="external_callback")
+    assert run.refuse("run_resumed", APPROVER).code is RejectionCode.UNAUTHORIZED
+    run.commit("run_resumed")
     failed = run.commit("run_failed", reason="tool_error")
     assert failed.snapshot.stop_reason == "tool_error"
+
+
+def test_owned_run_approvals_are_asked_by_the_runtime_and_decided_by_an_approver() -> None:
+    run = Driver()
+    run.create("owned_run")
+    run.commit("run_started")
+    run.commit("approval_requested")
+    assert run.state == "awaiting_approval"
+    # The runtime that asked can neither resume the run nor decide the approval.
+    assert run.refuse("run_resumed").code is RejectionCode.INVALID_TRANSITION
+    assert run.refuse("approval_granted", payload=run.decision()).code is RejectionCode.UNAUTHORIZED
+    run.commit("approval_granted", APPROVER, payload=run.decision())
+    assert run.state == "running"
+    run.commit("approval_requested")
+    denied = run.commit("approval_denied", APPROVER, payload=run.decision())
+    assert denied.snapshot.state == "cancelled" and denied.snapshot.stop_reason == "denied"
 
 
 def test_owned_run_tool_source_must_be_a_tool() -> None:
@@ -184,7 +207,7 @@ def test_run_state_transitions() -> None:
     run.commit("need_approval")
     assert run.state == "waiting_approval"
     run.refuse("complete")  # cannot skip the approval
-    run.commit("approved", APPROVER)
+    run.commit("approved", APPROVER, payload=run.decision())
     run.commit("complete")
     assert run.state == "completed"
     for event in ("start", "fail", "cancel"):
@@ -196,7 +219,7 @@ def test_run_state_approval_rejected_cancels() -> None:
     run.create("run_state")
     run.commit("start")
     run.commit("need_approval")
-    run.commit("rejected", APPROVER)
+    run.commit("rejected", APPROVER, payload=run.decision())
     assert run.state == "cancelled"
 
 

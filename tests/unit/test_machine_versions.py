@@ -21,8 +21,8 @@ V1 = parse_machine(builtin_source("task_lifecycle"))
 V2 = parse_machine(
     builtin_source("task_lifecycle")
     .replace(
-        "approval_granted: {authorities: [approver]}",
-        "approval_granted: {authorities: [tool_executor]}",
+        "approval_granted: {authorities: [approver], approval: grant}",
+        "approval_granted: {authorities: [tool_executor], approval: grant}",
     )
     .replace("name: task_lifecycle", "name: task_lifecycle\nlabel: tools approve")
 )
@@ -48,7 +48,14 @@ def test_a_version_is_the_digest_of_the_specs_rfc8785_json() -> None:
         .replace("jitter: 0.2", "jitter: 1.0")
         .replace("name: task_lifecycle", "name: task_lifecycle\nlabel: décembre ☃")
     ).spec
-    canonical = rfc8785.dumps(spec.model_dump(mode="json", by_alias=True))
+    content = spec.model_dump(mode="json", by_alias=True)
+    # Fields machines gained after versions were first published are left out at their
+    # defaults: every version published before keeps its digest.
+    del content["concurrent_steps"], content["ceilings"]
+    for event in content["events"].values():
+        if event["approval"] is None:
+            del event["approval"]
+    canonical = rfc8785.dumps(content)
     assert b'"jitter":1}' in canonical and '"label":"décembre ☃"'.encode() in canonical
     assert version_of(spec) == hashlib.sha256(canonical).hexdigest()[:16]
 
@@ -66,11 +73,20 @@ def test_runs_in_flight_keep_their_version_across_a_deploy() -> None:
     new.commit("start")
     new.commit("pause_for_approval")
     # the old run is decided by V1: approvers approve, tools may not
-    assert old.refuse("approval_granted", TOOL).code is RejectionCode.UNAUTHORIZED
-    assert old.commit("approval_granted", APPROVER).snapshot.machine_version == V1.version
+    assert (
+        old.refuse("approval_granted", TOOL, payload=old.decision()).code
+        is RejectionCode.UNAUTHORIZED
+    )
+    assert (
+        old.commit("approval_granted", APPROVER, payload=old.decision()).snapshot.machine_version
+        == V1.version
+    )
     # the new run by V2
-    assert new.refuse("approval_granted", APPROVER).code is RejectionCode.UNAUTHORIZED
-    new.commit("approval_granted", TOOL)
+    assert (
+        new.refuse("approval_granted", APPROVER, payload=new.decision()).code
+        is RejectionCode.UNAUTHORIZED
+    )
+    new.commit("approval_granted", TOOL, payload=new.decision())
     # replay (and get --at) rebuild each run under its own version
     for run in (old, new):
         replayed = apply_transitions(old.machines, [(t, None) for t in run.history])
@@ -121,8 +137,11 @@ def test_migrate_moves_one_run_and_refuses_another() -> None:
     assert migrated.snapshot.machine_version == V2.version
     assert migrated.transition.from_state == migrated.transition.to_state == "running"
     moving.commit("pause_for_approval")
-    assert moving.refuse("approval_granted", APPROVER).code is RejectionCode.UNAUTHORIZED
-    moving.commit("approval_granted", TOOL)  # decided by V2 now
+    assert (
+        moving.refuse("approval_granted", APPROVER, payload=moving.decision()).code
+        is RejectionCode.UNAUTHORIZED
+    )
+    moving.commit("approval_granted", TOOL, payload=moving.decision())  # decided by V2 now
     replayed = apply_transitions(moving.machines, [(t, None) for t in moving.history])
     assert replayed.problems == [] and replayed.snapshots["m"] == moving.snapshot
 

@@ -49,7 +49,15 @@ def test_builtin_machines_have_their_tables() -> None:
         ("waiting_approval", "rejected"): "cancelled",
     }
     owned = machines["owned_run"].spec
-    assert owned.states == ["queued", "running", "waiting", "completed", "failed", "cancelled"]
+    assert owned.states == [
+        "queued",
+        "running",
+        "waiting",
+        "awaiting_approval",
+        "completed",
+        "failed",
+        "cancelled",
+    ]
     assert owned.initial == "queued"
 
 
@@ -199,9 +207,16 @@ def test_compile_rejects_an_unlinted_spec() -> None:
 def test_render_table_and_mermaid() -> None:
     machine = parse_machine(builtin_source("owned_run"))
     rows = table_rows(machine)
-    assert ("running", "run_completed", "completed", "runtime", "guard success_criteria") in rows
+    assert (
+        "running",
+        "run_completed",
+        "completed",
+        "runtime",
+        "guard success_criteria; guard steps_settled",
+    ) in rows
     assert any(r[1] == "tool_result" and "records fact" in r[4] and "tool:*" in r[3] for r in rows)
-    assert any("reason in {pending_approval, external_callback}" in r[4] for r in rows)
+    assert any("reason in {external_callback}" in r[4] for r in rows)
+    assert any(r[1] == "approval_granted" and "approval grant" in r[4] for r in rows)
     task_rows = table_rows(builtin_machines()["task_lifecycle"])
     assert any(r[1] == "retry" and "spends retry budget" in r[4] for r in task_rows)
     assert any("guard retries_exhausted" in r[4] for r in task_rows)

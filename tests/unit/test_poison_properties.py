@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from processor.engine import Beat, Commit, Forget
+from processor.engine.answers import committed_digest
 from processor.engine.parse import parse_machine
 from processor.intake import Headers
 from processor.keyring import SigningKey, generate_keyring, signing_key_from
@@ -34,6 +35,7 @@ from processor.outputs import (
     OutputRecord,
     RecordLimits,
     Source,
+    answer_changelog_key,
     history_changelog_key,
     outcome_records,
 )
@@ -524,6 +526,12 @@ def check_outcome(
             (TOPICS.changelog, source.key, snapshot),
         ]
         return
+    if isinstance(outcome, Rejection) and outcome.content_digest is not None:
+        # A refusal the run remembers: its answer goes to the changelog too, as published.
+        assert outcome.run_id is not None and outcome.proposal_id is not None
+        answer = out.pop()
+        assert answer.topic == TOPICS.changelog and answer.value == out[0].value
+        assert answer.key == answer_changelog_key(outcome.run_id, outcome.proposal_id)
     assert len(out) == 1
     (record,) = out
     limit = limits.of(record.topic)
@@ -811,6 +819,7 @@ class Model:
         self.history: dict[str, list[Transition]] = {}
         self.fired: dict[str, Fired] = {}
         self.committed: dict[tuple[str, str], int] = {}  # (run, proposal id) -> revision
+        self.refused: dict[tuple[str, str], Rejection] = {}  # the refusals runs remember
         self.forgotten: dict[str, list[str]] = {}  # run -> proposal ids it had (retention)
         # With the index header each record carries, as restore reads them.
         self.changelog: list[ChangelogRecord] = []
@@ -853,8 +862,13 @@ def check_store(store: PartitionStore, model: Model, now_ms: int, page: int) -> 
             if (run_id, proposal_id) not in model.committed:
                 assert store.seen(run_id, proposal_id) is None, (run_id, proposal_id)
     for (run_id, proposal_id), revision in model.committed.items():
-        assert store.seen(run_id, proposal_id) == revision, (run_id, proposal_id)
+        answer = store.seen(run_id, proposal_id)
+        assert answer is not None and answer.revision == revision, (run_id, proposal_id)
+        assert answer.digest == committed_digest(model.history[run_id][revision])
         assert store.seen(run_id + "x", proposal_id) is None
+    for (run_id, proposal_id), rejection in model.refused.items():
+        answer = store.seen(run_id, proposal_id)
+        assert answer is not None and answer.rejection == rejection, (run_id, proposal_id)
     assert store.due_runs(FAR_FUTURE) == model.due_runs(FAR_FUTURE)
     assert store.due_runs(now_ms) == model.due_runs(now_ms)
     for state in TASK_STATES:
@@ -889,7 +903,13 @@ def _propose(
     headers = signing_key_from(KEYRING, key_id).headers(SOURCE_TOPIC, key, value, at_ms)
     outcome = _decide(key, value, headers, at_ms, store.snapshot, 4_000, 20_000, store.seen)
     source = Source(SOURCE_TOPIC, 0, len(model.changelog), key, value, at_ms)
-    out = _records(outcome, source, RecordLimits())
+    answers = store.answer_keys(run_id) if isinstance(outcome, Forget) else ()
+    out = outcome_records(TOPICS, outcome, source, RecordLimits(), answers)
+    if isinstance(outcome, Rejection) and outcome.content_digest is not None:
+        store.stage_refusal(outcome, out[0].value)
+        model.refused[(run_id, outcome.proposal_id or "")] = outcome
+        model.changelog.append(_changelog(out[1]))
+        hypothesis.event("a refusal remembered")
     if isinstance(outcome, Beat):
         assert outcome.snapshot.revision == model.snapshots[run_id].revision
         store.stage_beat(outcome, out[-1].value)
@@ -904,6 +924,7 @@ def _propose(
         model.forgotten.setdefault(run_id, []).extend(ids)
         for proposal_id in ids:
             del model.committed[(run_id, proposal_id)]
+        model.refused = {k: v for k, v in model.refused.items() if k[0] != run_id}
         model.changelog += [_changelog(r) for r in out if r.topic == TOPICS.changelog]
         hypothesis.event("a run forgotten")
     if isinstance(outcome, Commit):
@@ -1022,11 +1043,17 @@ def _store_round_trip(
             if not sent:
                 continue
             proposal_id = data.draw(st.sampled_from(sent))
-            obj = {"run_id": run_id, "proposal_id": proposal_id, "event": "start"}
-            again = _propose(txn, model, run_id, obj, at_ms)
-            assert isinstance(again, Rejection) and again.code is RejectionCode.DUPLICATE
             revision = model.committed[(run_id, proposal_id)]
+            t = model.history[run_id][revision]
+            same = {"run_id": run_id, "proposal_id": proposal_id, "event": t.event}
+            same |= {"payload": t.payload, "metadata": t.metadata, "reason": t.reason}
+            again = _propose(txn, model, run_id, same, at_ms)
+            assert isinstance(again, Rejection) and again.code is RejectionCode.DUPLICATE
             assert again.original_transition_id == f"{run_id}:{revision}"
+            other = {**same, "metadata": {"other": True}}
+            reused = _propose(txn, model, run_id, other, at_ms)
+            assert isinstance(reused, Rejection)
+            assert reused.code is RejectionCode.PROPOSAL_ID_REUSED
         elif kind == "fire":
             if snapshot.timers:
                 timer = data.draw(st.sampled_from(snapshot.timers))

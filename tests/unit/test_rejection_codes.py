@@ -18,7 +18,7 @@ from processor.keyring import Keyring, SigningKey
 from processor.machines import builtin_machines
 from processor.partitioning import partition_for
 from processor.pipeline import DeadLetterReason, Placement, decide_record
-from schemas import Proposal, Rejection, RejectionCode, RunSnapshot
+from schemas import Principal, Proposal, Rejection, RejectionCode, RunSnapshot
 from tests.unit.driver import APPROVER, MODEL, RUNTIME, TOOL, Driver
 
 NOW = 1_700_000_000_000
@@ -121,7 +121,7 @@ def _authenticate(value: bytes, headers: object, topic: str = TOPIC, key: bytes 
 def test_unauthenticated() -> None:
     value = _value()
     good = _authenticate(value, _signed(value))
-    assert good == Credential(RUNTIME, None)
+    assert good == Credential(RUNTIME, None, NOW)
     signed = _signed(value)
     refused = {
         "unsigned": _authenticate(value, []),
@@ -208,8 +208,108 @@ def test_duplicate() -> None:
     assert again.code is RejectionCode.DUPLICATE
     assert again.original_transition_id == first.transition.transition_id == "run-7:1"
     # a duplicated create names revision 0
-    create_again = run.refuse("create", proposal_id="p1", payload={"machine": "run_state"})
+    create_again = run.refuse(
+        "create", proposal_id="p1", payload={"machine": "run_state", "options": {}}
+    )
     assert create_again.original_transition_id == "run-7:0"
+
+
+def test_proposal_id_reused() -> None:
+    """An id answered before, sent with other content (or by another principal), is
+    refused without telling what the first answer was beyond its kind; with the same
+    content it gets the first answer again, whether that was a commit or a refusal."""
+    run = Driver()
+    run.create("owned_run")
+    run.commit("run_started", proposal_id="go")
+    other = run.refuse("run_cancelled", proposal_id="go")
+    assert other.code is RejectionCode.PROPOSAL_ID_REUSED and "committed" in other.detail
+    assert other.state is None and other.revision is None and other.original_transition_id is None
+    by_another = run.refuse("run_started", APPROVER, proposal_id="go")
+    assert by_another.code is RejectionCode.PROPOSAL_ID_REUSED
+    # a refusal is an answer too: re-sent after the run moved on, it is refused again
+    stale = run.refuse(
+        "run_waiting", reason="external_callback", expected_revision=0, proposal_id="w"
+    )
+    assert stale.code is RejectionCode.REVISION_CONFLICT and stale.content_digest is not None
+    again = run.refuse(
+        "run_waiting", reason="external_callback", expected_revision=1, proposal_id="w"
+    )
+    assert again == stale  # the first answer, byte for byte
+    reused = run.refuse("run_cancelled", proposal_id="w")
+    assert reused.code is RejectionCode.PROPOSAL_ID_REUSED and "refused" in reused.detail
+    assert run.state == "running"
+
+
+def test_limit_exceeded() -> None:
+    ceilings = builtin_machines()["task_lifecycle"].spec.ceilings
+    for options in (
+        {"max_retries": ceilings.max_retries + 1},
+        {"deadlines": {"approval_timeout_ms": ceilings.max_timeout_ms + 1}},
+        {"deadlines": {"heartbeat_timeout_ms": 2**53 - 1}},
+        {"success_criteria": [f"c{i}" for i in range(ceilings.max_success_criteria + 1)]},
+    ):
+        run = Driver()
+        refused = run.refuse("create", payload={"machine": "task_lifecycle", "options": options})
+        assert refused.code is RejectionCode.LIMIT_EXCEEDED and "ceiling" in refused.detail
+    Driver().create("task_lifecycle", max_retries=ceilings.max_retries)
+
+
+def _paused() -> Driver:
+    run = Driver()
+    run.create("task_lifecycle")
+    run.commit("start")
+    run.commit("pause_for_approval")
+    return run
+
+
+def test_approval_wrong_pause() -> None:
+    """A decision names the pause it answers: a late grant of an earlier pause does not
+    approve the next one."""
+    run = _paused()
+    first = run.decision()
+    run.commit("approval_granted", APPROVER, payload=first)
+    run.commit("pause_for_approval")
+    late = run.refuse("approval_granted", APPROVER, payload=first)
+    assert late.code is RejectionCode.APPROVAL_WRONG_PAUSE
+    assert run.state == "paused"
+
+
+def test_approval_expired() -> None:
+    run = _paused()
+    expired = run.refuse("approval_granted", APPROVER, payload=run.decision(expires_in_ms=0))
+    assert expired.code is RejectionCode.APPROVAL_EXPIRED
+
+
+def test_self_approval() -> None:
+    """Whoever asked for the approval may not decide it, even holding an approver key."""
+    alice_runs = Principal(source="alice", authority="runtime")
+    alice_approves = Principal(source="alice", authority="approver")
+    run = Driver()
+    run.create("task_lifecycle")
+    run.commit("start")
+    run.commit("pause_for_approval", alice_runs)
+    refused = run.refuse("approval_granted", alice_approves, payload=run.decision())
+    assert refused.code is RejectionCode.SELF_APPROVAL
+    run.commit("approval_granted", APPROVER, payload=run.decision())
+
+
+def test_step_in_progress() -> None:
+    """An executing step is not started again under any key until it is settled, and
+    (by default) no other step starts meanwhile."""
+    run = Driver()
+    run.create("task_lifecycle")
+    run.commit("start")
+    run.commit("step_started", payload={"step": "refund", "idempotency_key": "k1"})
+    for payload in (
+        {"step": "refund", "idempotency_key": "k1"},
+        {"step": "refund", "idempotency_key": "k2"},
+        {"step": "email", "idempotency_key": "k3"},
+    ):
+        refused = run.refuse("step_started", payload=payload)
+        assert refused.code is RejectionCode.STEP_IN_PROGRESS
+    assert run.refuse("complete").code is RejectionCode.GUARD_FAILED
+    run.commit("step_failed", payload={"step": "refund", "error": "crashed; not charged"})
+    run.commit("step_started", payload={"step": "refund", "idempotency_key": "k2"})
 
 
 def test_a_duplicate_is_recognised_for_the_runs_life() -> None:
@@ -239,7 +339,9 @@ def test_unauthorized() -> None:
     run.create("task_lifecycle")
     run.commit("start")
     run.commit("pause_for_approval")
-    refused = run.refuse("approval_granted", MODEL)  # the model cannot approve itself
+    refused = run.refuse(
+        "approval_granted", MODEL, payload=run.decision()
+    )  # the model cannot approve itself
     assert refused.code is RejectionCode.UNAUTHORIZED and "approver" in refused.detail
     assert run.refuse(
         "step_started", MODEL, payload={"step": "s", "idempotency_key": "k"}
@@ -271,13 +373,16 @@ def test_deadline_passed() -> None:
     run.commit("start")
     run.commit("pause_for_approval")  # the approval deadline: 90 s from here
     run.now += 30_000  # the approval comes at exactly the due time: too late
-    late = run.refuse("approval_granted", APPROVER)
+    late = run.refuse("approval_granted", APPROVER, payload=run.decision())
     assert late.code is RejectionCode.DEADLINE_PASSED
     assert "'timeout' is decided first" in late.detail and late.state == "paused"
     # the deadline's own proposal is decided, and the run fails by timeout
     timed_out = run.commit("timeout", reason="approval_timeout", expected_revision=2)
     assert timed_out.snapshot.state == "failed"
-    assert run.refuse("approval_granted", APPROVER).code is RejectionCode.TERMINAL_STATE
+    assert (
+        run.refuse("approval_granted", APPROVER, payload=run.decision()).code
+        is RejectionCode.TERMINAL_STATE
+    )
 
 
 def test_state_too_large() -> None:
@@ -323,7 +428,8 @@ def test_state_too_large() -> None:
     assert "limit is 20000" in outcome.detail and outcome.revision == snapshots["r1"].revision
     assert snapshots["r1"].steps[f"s{n - 2}"].status == "executing"  # the run stayed as it was
     # the run still takes what fits
-    assert isinstance(propose(n, "complete", {}), Commit)
+    assert isinstance(propose(n, "step_failed", {"step": f"s{n - 2}", "error": "too big"}), Commit)
+    assert isinstance(propose(n + 1, "complete", {}), Commit)
 
 
 def test_invalid_transition() -> None:

@@ -29,7 +29,7 @@ def _lifecycle() -> Driver:
     run.commit("step_started", payload={"step": "s", "idempotency_key": "k"})
     run.commit("step_succeeded", payload={"step": "s", "result": {"ok": 1}})
     run.commit("pause_for_approval")
-    run.commit("approval_granted", APPROVER)
+    run.commit("approval_granted", APPROVER, payload=run.decision())
     run.commit("transient_error")
     run.commit("retry")
     run.commit("complete")

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from processor.engine import Commit, Forget
+from processor.engine.answers import Answer
 from processor.engine.parse import parse_machine
 from processor.machines import builtin_machines, builtin_source
 from processor.pipeline import RunsInMemory
@@ -78,9 +79,9 @@ def test_forgetting_drops_the_run_and_its_dedupe_memory_and_replays() -> None:
     runs = RunsInMemory()
     for t in run.history:
         runs.snapshots[t.run_id] = run.snapshot  # (as a store holds it)
-        runs.committed[(t.run_id, t.proposal_id)] = t.revision
+        runs.answers[(t.run_id, t.proposal_id)] = Answer(t.revision, None)
     runs.apply(forget)
-    assert runs.lookup("run-7") is None and runs.committed == {}
+    assert runs.lookup("run-7") is None and runs.answers == {}
     # the transitions replay to nothing left of the run; a later run of the same id
     # starts afresh at revision 0
     history = [*run.history, forget.transition]

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from processor.engine import Commit
+from processor.engine.answers import committed_digest
 from processor.keyring import KeyringError, SigningKey, dump_keyring, generate_keyring, load_keyring
 from processor.machines import builtin_machines
 from processor.outputs import Source, outcome_records
@@ -143,7 +144,9 @@ def test_store_stages_until_flush_and_restores(tmp_path: Path) -> None:
     assert reopened.history("r/1") == [] and reopened.seen("r/1", "p1") is None
     assert [s.run_id for s in reopened.runs()] == ["r/10"]
     assert [t.run_id for t in reopened.history("r/10")] == ["r/10"]  # prefix-safe
-    assert reopened.seen("r/10", created.transition.proposal_id) == 0
+    answer = reopened.seen("r/10", created.transition.proposal_id)
+    assert answer is not None and answer.revision == 0
+    assert answer.digest == committed_digest(created.transition)
     assert reopened.offset("changelog") == 9
     reopened.close()
 
@@ -201,12 +204,14 @@ def test_by_state_index_pages_longest_in_state_first(tmp_path: Path) -> None:
     rest = store.in_state("task_lifecycle", "paused", (first[-1].entered_ms, first[-1].run_id), 10)
     assert [r.run_id for r in first + rest] == [f"s/{n}" for n in range(5)]
     txn = store.begin()
-    txn.stage(runs["s/0"].commit("approval_granted", APPROVER))  # s/0 leaves paused
+    txn.stage(
+        runs["s/0"].commit("approval_granted", APPROVER, payload=runs["s/0"].decision())
+    )  # s/0 leaves paused
     txn.flush({})
     assert store.in_state("task_lifecycle", "paused", None, 1)[0].run_id == "s/1"
     assert [r.run_id for r in store.in_state("task_lifecycle", "running", None, 10)] == ["s/0"]
     # a restore moves the index the same way (here: s/1 back into the changelog as running)
-    moved = runs["s/1"].commit("approval_granted", APPROVER)
+    moved = runs["s/1"].commit("approval_granted", APPROVER, payload=runs["s/1"].decision())
     store.restore([(b"s/1", moved.snapshot.model_dump_json().encode())], {})
     assert {r.run_id for r in store.in_state("task_lifecycle", "running", None, 10)} == {
         "s/0",

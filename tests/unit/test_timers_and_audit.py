@@ -23,7 +23,7 @@ def test_approval_deadline_armed_on_entering_paused() -> None:
     assert timers["approval"] == ("deadline", entered + 1_800_000, "timeout")
     assert timers["task_paused_abandoned"] == ("alert", entered + 14_400_000, None)
     assert all(t.revision == paused.snapshot.revision for t in paused.snapshot.timers)
-    run.commit("approval_granted", APPROVER)
+    run.commit("approval_granted", APPROVER, payload=run.decision())
     assert "approval" not in _timers(run)  # moving on disarms it
 
 
