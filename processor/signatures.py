@@ -10,8 +10,7 @@ without a key hashes the empty string. The signature is lowercase hex: HMAC-SHA2
 with the UTF-8 bytes of the shared secret, or Ed25519 over the base with the producer's
 private key. Pure functions; `cryptography` does the Ed25519 arithmetic, behind the
 strict rule of processor/ed25519.py (`verify_ed25519` is the one Ed25519 verification
-every verifier here makes: the worker's loop and its batch verifier, `runstate verify`,
-`runstate replay`).
+every verifier here makes: the worker's loop and its batch verifier, `runstate verify`).
 """
 
 import hashlib

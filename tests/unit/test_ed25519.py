@@ -10,21 +10,27 @@ forgery is a real one, so that refusing it is the rule's doing."""
 import ctypes
 import ctypes.util
 import json
+import logging
+import os
+import time
 from functools import cache
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from processor.cli.main import cli
 from processor.ed25519 import SMALL_ORDER_Y, public_key_problem, signature_problem
 from processor.intake import Credential, authenticate
 from processor.keyring import (
     KeyEntry,
     Keyring,
     KeyringError,
+    KeyringWatch,
     SigningKey,
     load_keyring,
     parse_keyring,
@@ -314,3 +320,46 @@ def test_a_signing_keys_public_half_always_loads(seed: bytes) -> None:
     key = SigningKey(key_id="a", algorithm="ed25519", private_key=seed.hex())
     assert key.private_key is not None
     assert _loads(ed25519_public_key(key.private_key))
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["keys", "list", "--keyring-file", "{ring}"],
+        ["keys", "revoke", "evil", "--keyring-file", "{ring}"],
+        ["verify", "--keyring-file", "{ring}", "--bootstrap-servers", "127.0.0.1:1"],
+        ["worker", "--keyring-file", "{ring}", "--bootstrap-servers", "127.0.0.1:1",
+         "--state-dir", "{state}"],
+    ],
+    ids=["keys list", "keys revoke", "verify", "worker"],
+)  # fmt: skip
+def test_the_cli_stops_on_a_keyring_with_a_refused_key(
+    tmp_path: Path, command: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At start, before any broker is reached (none answers here): the key id and why,
+    no traceback, a failing exit."""
+    monkeypatch.delenv("RUNSTATE_KEYRING", raising=False)
+    ring = tmp_path / "keys.json"
+    bad = next(raw for raw, order, _ in TORSION if order == 8).hex()
+    ring.write_text(_keyring_text(bad, key_id="evil"), encoding="utf-8")
+    args = [a.format(ring=ring, state=tmp_path / "state") for a in command]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code != 0, result.output
+    assert "key id 'evil'" in result.output and "small order" in result.output, result.output
+    assert "Traceback" not in result.output
+    assert not isinstance(result.exception, KeyringError), result.exception
+
+
+def test_a_worker_does_not_take_a_keyring_file_changed_to_hold_a_refused_key(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ring = tmp_path / "keys.json"
+    good = ed25519_public_key("11" * 32)
+    ring.write_text(_keyring_text(good, key_id="good"), encoding="utf-8")
+    watch = KeyringWatch(load_keyring(ring, None), ring, interval_s=0.0)
+    bad = TORSION[0][0].hex()
+    ring.write_text(_keyring_text(bad, key_id="evil-key-9"), encoding="utf-8")
+    os.utime(ring, ns=(time.time_ns(), time.time_ns() + 10**9))
+    with caplog.at_level(logging.ERROR, logger="processor.keyring"):
+        assert set(watch.current().keys) == {"good"}
+    assert "key id 'evil-key-9'" in caplog.text
