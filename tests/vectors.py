@@ -122,6 +122,18 @@ def verifications() -> dict[str, Any]:
         return signer.headers(TOPIC, k, v, at)
 
     revoked = AGENT.model_copy(update={"key_id": "revoked-1"})
+
+    def resigned(signature: bytes) -> Any:
+        """AGENT's headers for `value` at T0 with another Ed25519 signature."""
+        return [
+            (h, signature.hex().encode() if h == "runstate-signature" else v)
+            for h, v in headers(AGENT, T0)
+        ]
+
+    base = signed_base(TOPIC, b"run-1", value, AGENT.key_id, T0)
+    good = bytes.fromhex(AGENT.sign(base))
+    s_plus_l = (int.from_bytes(good[32:], "little") + ref.L).to_bytes(32, "little")
+    identity_r = ref.sign_with_identity_r(bytes.fromhex(ED25519_SEED), base)
     cases: list[tuple[str, str, bytes, bytes, Any, int]] = [
         ("ed25519, fresh", TOPIC, b"run-1", value, headers(AGENT, T0), T0 + 1_000),
         ("hmac, fresh", TOPIC, b"run-1", value, headers(HMAC_AGENT, T0), T0 + 1_000),
@@ -142,6 +154,8 @@ def verifications() -> dict[str, Any]:
         ),
         ("before revocation", TOPIC, b"run-1", value, headers(revoked, T0), T0 + 59_999),
         ("after revocation", TOPIC, b"run-1", value, headers(revoked, T0 + 60_000), T0 + 60_000),
+        ("ed25519, S + L", TOPIC, b"run-1", value, resigned(good[:32] + s_plus_l), T0),
+        ("ed25519, R the identity", TOPIC, b"run-1", value, resigned(identity_r), T0),
         (
             "no signed-at",
             TOPIC,
