@@ -1,9 +1,10 @@
 """Conformance vectors for docs/wire.md: `python -m tests.vectors` writes docs/vectors/.
 
 Every expected value comes from the product's own functions (partition_for, the signed
-base, SigningKey, authenticate, decide_record, transition_hash); a unit test checks the
-files match (drift) and checks the values by independent means too (hashlib, hmac,
-cryptography). A second implementation reads the same files.
+base, SigningKey, authenticate, parse_keyring, verify_ed25519, decide_record,
+transition_hash); a unit test checks the files match (drift) and checks the values by
+independent means too (hashlib, hmac, cryptography, tests/ed25519_ref.py, libsodium
+where it is installed). A second implementation reads the same files.
 """
 
 import json
