@@ -5,7 +5,8 @@ Ed25519 verifiers disagree at the edges (RFC 8032 leaves them open): OpenSSL, an
 R = identity, S = 0 verifies every message; libsodium's `crypto_sign_verify_detached`
 refuses it. A key a verifier treats differently from another is a key someone can sign
 with, or a record two auditors decide differently. So every verifier here applies one
-rule, libsodium's, and refuses at keyring load what would make verifiers disagree:
+rule, libsodium's, and refuses at keyring load what would make verifiers disagree
+(mixed-order keys too, which libsodium takes):
 
 - a public key is refused unless its 32 bytes are the canonical encoding (y < p, and
   x = 0 only with the sign bit clear) of a point on the curve of the prime-order
@@ -97,13 +98,6 @@ def decode_point(raw: bytes) -> Point | str:
     return (x, y, 1, x * y % P)
 
 
-def encode_point(point: Point) -> bytes:
-    x, y, z, _ = point
-    zi = pow(z, P - 2, P)
-    x, y = x * zi % P, y * zi % P
-    return (y | (x & 1) << 255).to_bytes(32, "little")
-
-
 def public_key_problem(raw: bytes) -> str | None:
     """Why these bytes are no Ed25519 public key a keyring may hold, or None."""
     if len(raw) == 32 and int.from_bytes(raw, "little") & _Y_MASK in SMALL_ORDER_Y:
@@ -111,7 +105,8 @@ def public_key_problem(raw: bytes) -> str | None:
     point = decode_point(raw)
     if isinstance(point, str):
         return point
-    if _is_identity(_multiply(8, point)):  # unreachable past the list; kept as the rule
+    # SMALL_ORDER_Y holds every point of small order: this is the rule the list stands for.
+    if _is_identity(_multiply(8, point)):
         return "a point of small order: anyone can make signatures that verify under it"
     if not _is_identity(_multiply(L, point)):
         return (
