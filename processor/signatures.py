@@ -8,7 +8,9 @@ topic at one time (docs/wire.md gives it byte for byte):
 `signed-at` is the producer's clock in milliseconds since the epoch, in decimal; a record
 without a key hashes the empty string. The signature is lowercase hex: HMAC-SHA256 keyed
 with the UTF-8 bytes of the shared secret, or Ed25519 over the base with the producer's
-private key. Pure functions; `cryptography` does the Ed25519 arithmetic.
+private key. Pure functions; `cryptography` does the Ed25519 arithmetic, behind the
+strict rule of processor/ed25519.py (`verify_ed25519` is the one Ed25519 verification
+every verifier here makes: the worker's loop and its batch verifier, `runstate verify`).
 """
 
 import hashlib
@@ -21,6 +23,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey,
     Ed25519PublicKey,
 )
+
+from processor.ed25519 import public_key_problem_hex, signature_problem
 
 HEADER_KEY_ID = "runstate-key-id"
 HEADER_SIGNED_AT = "runstate-signed-at"
@@ -81,6 +85,9 @@ def new_ed25519_private_key() -> str:
 
 
 def verify_ed25519(public_key_hex: str, base: bytes, signature_hex: str) -> bool:
+    """Does the signature verify over `base` under the strict rule (processor/ed25519.py):
+    a key of small or mixed order, or not canonical, verifies nothing; a signature with
+    S >= L or a small-order R is refused; the rest is RFC 8032's equation, cofactorless."""
     # Not cached: a cache of verified (public key, signed base, signature) would be safe
     # (the base binds topic, key, value hash, key id and signing time) but a worker
     # decides each record once; only a replay or a redelivery after a crash sees one
@@ -90,8 +97,11 @@ def verify_ed25519(public_key_hex: str, base: bytes, signature_hex: str) -> bool
         signature = bytes.fromhex(signature_hex)
     except ValueError:
         return False
+    public_key = _public_key(public_key_hex)
+    if public_key is None or signature_problem(signature) is not None:
+        return False
     try:
-        _public_key(public_key_hex).verify(signature, base)
+        public_key.verify(signature, base)
     except InvalidSignature:
         return False
     return True
@@ -103,7 +113,11 @@ def verify_hmac(secret: str, base: bytes, signature_hex: str) -> bool:
 
 
 @lru_cache(maxsize=1024)
-def _public_key(public_key_hex: str) -> Ed25519PublicKey:
+def _public_key(public_key_hex: str) -> Ed25519PublicKey | None:
+    """The key, or None when the strict rule refuses it (a keyring refuses it at load;
+    this holds for any caller)."""
+    if public_key_problem_hex(public_key_hex) is not None:
+        return None
     return Ed25519PublicKey.from_public_bytes(bytes.fromhex(public_key_hex))
 
 

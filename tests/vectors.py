@@ -1,9 +1,10 @@
 """Conformance vectors for docs/wire.md: `python -m tests.vectors` writes docs/vectors/.
 
 Every expected value comes from the product's own functions (partition_for, the signed
-base, SigningKey, authenticate, decide_record, transition_hash); a unit test checks the
-files match (drift) and checks the values by independent means too (hashlib, hmac,
-cryptography). A second implementation reads the same files.
+base, SigningKey, authenticate, parse_keyring, verify_ed25519, decide_record,
+transition_hash); a unit test checks the files match (drift) and checks the values by
+independent means too (hashlib, hmac, cryptography, tests/ed25519_ref.py, libsodium
+where it is installed). A second implementation reads the same files.
 """
 
 import json
@@ -11,13 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from processor.intake import Credential, authenticate
-from processor.keyring import Keyring, SigningKey
+from processor.keyring import Keyring, KeyringError, SigningKey, parse_keyring
 from processor.machines import builtin_machines
 from processor.partitioning import murmur2, partition_for
 from processor.pipeline import RunsInMemory, decide_record
-from processor.signatures import ed25519_public_key, signed_base
+from processor.signatures import ed25519_public_key, ed25519_signature, signed_base, verify_ed25519
 from schemas.audit import canonical_values
 from schemas.messages import Transition
+from tests import ed25519_ref as ref
 
 ROOT = Path(__file__).resolve().parents[1]
 VECTORS = ROOT / "docs" / "vectors"
@@ -121,6 +123,18 @@ def verifications() -> dict[str, Any]:
         return signer.headers(TOPIC, k, v, at)
 
     revoked = AGENT.model_copy(update={"key_id": "revoked-1"})
+
+    def resigned(signature: bytes) -> Any:
+        """AGENT's headers for `value` at T0 with another Ed25519 signature."""
+        return [
+            (h, signature.hex().encode() if h == "runstate-signature" else v)
+            for h, v in headers(AGENT, T0)
+        ]
+
+    base = signed_base(TOPIC, b"run-1", value, AGENT.key_id, T0)
+    good = bytes.fromhex(AGENT.sign(base))
+    s_plus_l = (int.from_bytes(good[32:], "little") + ref.L).to_bytes(32, "little")
+    identity_r = ref.sign_with_identity_r(bytes.fromhex(ED25519_SEED), base)
     cases: list[tuple[str, str, bytes, bytes, Any, int]] = [
         ("ed25519, fresh", TOPIC, b"run-1", value, headers(AGENT, T0), T0 + 1_000),
         ("hmac, fresh", TOPIC, b"run-1", value, headers(HMAC_AGENT, T0), T0 + 1_000),
@@ -141,6 +155,8 @@ def verifications() -> dict[str, Any]:
         ),
         ("before revocation", TOPIC, b"run-1", value, headers(revoked, T0), T0 + 59_999),
         ("after revocation", TOPIC, b"run-1", value, headers(revoked, T0 + 60_000), T0 + 60_000),
+        ("ed25519, S + L", TOPIC, b"run-1", value, resigned(good[:32] + s_plus_l), T0),
+        ("ed25519, R the identity", TOPIC, b"run-1", value, resigned(identity_r), T0),
         (
             "no signed-at",
             TOPIC,
@@ -165,6 +181,87 @@ def verifications() -> dict[str, Any]:
             }
         )
     return {"keyring": KEYRING.model_dump(mode="json", exclude_none=True), "cases": out}
+
+
+def _keyring_loads(public_key: str) -> bool:
+    one = {"algorithm": "ed25519", "public_key": public_key, "source": "s", "authority": "a"}
+    try:
+        parse_keyring(json.dumps({"keys": {"k": one}}), "vector")
+    except KeyringError:
+        return False
+    return True
+
+
+def ed25519() -> dict[str, Any]:
+    """The strict Ed25519 rule (docs/wire.md §4): which public keys a keyring refuses and
+    which signatures verify. The refused inputs are made by tests/ed25519_ref.py, whose
+    lax verifier (RFC 8032's equation alone, as OpenSSL checks it) accepts every
+    signature below but the first three kinds' bad ones."""
+    seed = bytes.fromhex(ED25519_SEED)
+    good = ed25519_public_key(ED25519_SEED)
+    torsion = ref.torsion_points()
+    order_8 = next(t for t in torsion if ref.order(t) == 8)
+    keys: list[tuple[str, str]] = [("the vectors' key (agent-1)", good)]
+    for raw, order, form in ref.torsion_encodings():
+        keys.append((f"a point of order {order}, {form}", raw.hex()))
+    keys.append(
+        (
+            "mixed order: agent-1's point plus one of order 8",
+            ref.mixed_order_key(seed, order_8).hex(),
+        )
+    )
+    not_canonical = next(
+        y + ref.P for y in range(2, 19) if ref.decode_lax(y.to_bytes(32, "little")) is not None
+    )
+    keys.append(
+        ("y + p for a point not of small order", not_canonical.to_bytes(32, "little").hex())
+    )
+    off_curve = next(y for y in range(2, 100) if ref.decode_lax(y.to_bytes(32, "little")) is None)
+    keys.append(("not on the curve", off_curve.to_bytes(32, "little").hex()))
+
+    message = signed_base(TOPIC, b"run-1", _proposal("run-1", "p1", "start"), "agent-1", T0)
+    signature = bytes.fromhex(ed25519_signature(ED25519_SEED, message))
+    s_plus_l = int.from_bytes(signature[32:], "little") + ref.L
+    sigs: list[tuple[str, str, bytes, bytes]] = [
+        ("good", good, message, signature),
+        ("S + L", good, message, signature[:32] + s_plus_l.to_bytes(32, "little")),
+        (
+            "R the identity, S = k*a (made by the key holder)",
+            good,
+            message,
+            ref.sign_with_identity_r(seed, message),
+        ),
+        (
+            "mixed-order key, made by the key holder",
+            ref.mixed_order_key(seed, order_8).hex(),
+            message,
+            next(ref.sign_mixed(seed, order_8, message)),
+        ),
+    ]
+    for raw, order, form in ref.torsion_encodings():
+        for n in range(100):
+            forged_message = message + f" {n}".encode()
+            forged = ref.forge_small_order(raw, forged_message)
+            if forged is not None:
+                name = f"forged, S = 0, under a point of order {order} ({form})"
+                sigs.append((name, raw.hex(), forged_message, forged))
+                break
+    return {
+        "keys": [
+            {"name": name, "public_key": key, "expect": "ok" if _keyring_loads(key) else "refused"}
+            for name, key in keys
+        ],
+        "signatures": [
+            {
+                "name": name,
+                "public_key": key,
+                "message": msg.decode(),
+                "signature": sig.hex(),
+                "expect": "valid" if verify_ed25519(key, msg, sig.hex()) else "invalid",
+            }
+            for name, key, msg, sig in sigs
+        ],
+    }
 
 
 def chain() -> dict[str, Any]:
@@ -234,6 +331,7 @@ def render() -> dict[str, str]:
         "signatures.json": signatures(),
         "verifications.json": verifications(),
         "chain.json": chain(),
+        "ed25519.json": ed25519(),
     }
     return {
         name: json.dumps(data, indent=2, ensure_ascii=False) + "\n" for name, data in files.items()

@@ -158,12 +158,13 @@ def verify(
     and follows every run's chain. Exit 1 and name the offset of each difference.
     """
     console = Console(stderr=as_json)
-    settings, topics = kafka.settings, kafka.topics
-    machines = catalog_with_versions(machine_paths, kafka)
+    # The keyring first: one that does not load stops `verify` before it reads anything.
     try:
         keyring = load_keyring(keyring_file, os.environ.get("RUNSTATE_KEYRING"))
     except KeyringError as exc:
         raise click.ClickException(str(exc)) from exc
+    settings, topics = kafka.settings, kafka.topics
+    machines = catalog_with_versions(machine_paths, kafka)
     try:
         partitions = partition_count(settings, topics.proposals)
     except RebuildError as exc:

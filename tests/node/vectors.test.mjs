@@ -7,12 +7,12 @@ import kafkajs from 'kafkajs';
 
 import {
   authenticate, canonicalText, canonicalize, checkChain, ed25519PublicHex, loadKeyring,
-  loadSigningKey, murmur2, partitionFor, sha256Hex, sign, signedBase, transitionHash,
+  loadSigningKey, murmur2, partitionFor, sha256Hex, sign, signedBase, transitionHash, verifyEd25519,
 } from './wire.mjs';
 
 const VECTORS = new URL('../../docs/vectors/', import.meta.url);
 const load = (name) => JSON.parse(readFileSync(new URL(name, VECTORS), 'utf8'));
-const KNOWN = ['chain.json', 'partitions.json', 'signatures.json', 'verifications.json'];
+const KNOWN = ['chain.json', 'ed25519.json', 'partitions.json', 'signatures.json', 'verifications.json'];
 
 test('every vector file is checked here', () => {
   const files = readdirSync(VECTORS).filter((f) => f.endsWith('.json')).sort();
@@ -92,6 +92,32 @@ for (const c of verifications.cases) {
     assert.equal(result.code, c.expect, result.detail);
   });
 }
+
+// ------------------------------------------------------------------ ed25519.json
+
+const ed25519 = load('ed25519.json');
+const oneKeyKeyring = (publicKey) => ({
+  keys: { 'suspect-7': { algorithm: 'ed25519', public_key: publicKey, source: 's', authority: 'a' } },
+});
+
+for (const [i, c] of ed25519.keys.entries()) {
+  test(`ed25519 key ${i}: ${c.name} → ${c.expect}`, () => {
+    if (c.expect === 'ok') loadKeyring(oneKeyKeyring(c.public_key));
+    else assert.throws(() => loadKeyring(oneKeyKeyring(c.public_key)), /suspect-7/);
+  });
+}
+
+for (const [i, c] of ed25519.signatures.entries()) {
+  test(`ed25519 signature ${i}: ${c.name} → ${c.expect}`, () => {
+    const valid = verifyEd25519(c.public_key, Buffer.from(c.message, 'utf8'), c.signature);
+    assert.equal(valid ? 'valid' : 'invalid', c.expect);
+  });
+}
+
+test('a keyring entry without "algorithm" is hmac-sha256', () => {
+  const ring = loadKeyring({ keys: { k: { secret: '0123456789abcdef', source: 's', authority: 'a' } } });
+  assert.equal(ring.keys.get('k').algorithm, 'hmac-sha256');
+});
 
 // ------------------------------------------------------------------ chain.json
 

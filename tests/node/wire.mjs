@@ -103,6 +103,120 @@ export function ed25519PublicKey(publicHex) {
   return crypto.createPublicKey({ key: Buffer.concat([SPKI_ED25519, raw]), format: 'der', type: 'spki' });
 }
 
+// The strict Ed25519 rule (§4): the checks OpenSSL does not make, in front of its verify.
+const P = 2n ** 255n - 19n;
+const L = 2n ** 252n + 27742317777372353535851937790883648493n;
+const mod = (a) => ((a % P) + P) % P;
+function powMod(base, exp) {
+  let result = 1n;
+  let b = mod(base);
+  let e = exp;
+  while (e > 0n) {
+    if (e & 1n) result = (result * b) % P;
+    b = (b * b) % P;
+    e >>= 1n;
+  }
+  return result;
+}
+const D = mod(-121665n * powMod(121666n, P - 2n));
+const SQRT_M1 = powMod(2n, (P - 1n) / 4n);
+const Y_MASK = (1n << 255n) - 1n;
+const littleEndian = (bytes) => BigInt(`0x${Buffer.from(bytes).reverse().toString('hex') || '0'}`);
+
+// Extended coordinates [X, Y, Z, T], x = X/Z, y = Y/Z, xy = T/Z (RFC 8032 §5.1.4).
+const IDENTITY = [0n, 1n, 1n, 0n];
+function pointAdd([x1, y1, z1, t1], [x2, y2, z2, t2]) {
+  const a = mod((y1 - x1) * (y2 - x2));
+  const b = mod((y1 + x1) * (y2 + x2));
+  const c = mod(2n * D * t1 * t2);
+  const d = mod(2n * z1 * z2);
+  const [e, f, g, h] = [b - a, d - c, d + c, b + a];
+  return [mod(e * f), mod(g * h), mod(f * g), mod(e * h)];
+}
+function pointMul(n, point) {
+  let out = IDENTITY;
+  let q = point;
+  for (let k = n; k > 0n; k >>= 1n) {
+    if (k & 1n) out = pointAdd(out, q);
+    q = pointAdd(q, q);
+  }
+  return out;
+}
+const isIdentity = ([x, y, z]) => mod(x) === 0n && mod(y - z) === 0n;
+
+/** The y coordinates (an encoding's low 255 bits) of the 8 torsion points, with the
+ * non-canonical y + p of two of them: small order, whatever the sign bit. */
+const SMALL_ORDER_Y = (() => {
+  // the torsion part [L]Q of the first point Q (y = 2, 3, ...) whose torsion has order 8
+  for (let y = 2n; ; y++) {
+    const q = decodePoint(y);
+    if (typeof q === 'string') continue;
+    const t = pointMul(L, q);
+    if (isIdentity(pointMul(4n, t))) continue;
+    const ys = new Set();
+    let point = IDENTITY;
+    for (let k = 0; k < 8; k++) {
+      const zi = powMod(point[2], P - 2n);
+      const py = mod(point[1] * zi);
+      ys.add(py);
+      if (py + P <= Y_MASK) ys.add(py + P);
+      point = pointAdd(point, t);
+    }
+    return ys;
+  }
+})();
+
+/** The point of an encoding (as a little-endian integer), or why there is none. */
+function decodePoint(encoded) {
+  const y = encoded & Y_MASK;
+  const sign = encoded >> 255n;
+  if (y >= P) return 'not canonical: y is not below 2^255 - 19';
+  const u = mod(y * y - 1n);
+  const v = mod(D * y * y + 1n);
+  let x = mod(u * powMod(v, 3n) * powMod(u * powMod(v, 7n), (P - 5n) / 8n));
+  if (mod(v * x * x) === mod(-u)) x = mod(x * SQRT_M1);
+  if (mod(v * x * x) !== u) return 'not a point of the curve';
+  if (x === 0n && sign === 1n) return 'not canonical: x is 0 and the sign bit is set';
+  if ((x & 1n) !== sign) x = P - x;
+  return [x, y, 1n, mod(x * y)];
+}
+
+/** Why a 32-byte public key is refused (§4), or null. */
+export function ed25519PublicKeyProblem(raw) {
+  if (raw.length !== 32) return 'not 32 bytes';
+  const encoded = littleEndian(raw);
+  if (SMALL_ORDER_Y.has(encoded & Y_MASK)) return 'a point of small order';
+  const point = decodePoint(encoded);
+  if (typeof point === 'string') return point;
+  if (isIdentity(pointMul(8n, point))) return 'a point of small order';
+  if (!isIdentity(pointMul(L, point))) return 'not in the prime-order subgroup (mixed order)';
+  return null;
+}
+
+/** Why a 64-byte signature is refused before the equation (§4), or null. */
+export function ed25519SignatureProblem(signature) {
+  if (signature.length !== 64) return 'not 64 bytes';
+  if (littleEndian(signature.subarray(32)) >= L) return 'S is not below L';
+  if (SMALL_ORDER_Y.has(littleEndian(signature.subarray(0, 32)) & Y_MASK)) return 'R is of small order';
+  return null;
+}
+
+const acceptedKeys = new Map();
+
+/** §4's Ed25519 verification: the strict rule, then RFC 8032's equation (OpenSSL). */
+export function verifyEd25519(publicHex, message, signatureHex) {
+  if (typeof signatureHex !== 'string' || signatureHex.length !== 128 || !HEX_RE.test(signatureHex)) return false;
+  let key = acceptedKeys.get(publicHex);
+  if (key === undefined) {
+    const raw = hexBytes(publicHex, 32, 'ed25519 public key');
+    key = ed25519PublicKeyProblem(raw) === null ? ed25519PublicKey(publicHex) : null;
+    acceptedKeys.set(publicHex, key);
+  }
+  const signature = Buffer.from(signatureHex, 'hex');
+  if (key === null || ed25519SignatureProblem(signature) !== null) return false;
+  return crypto.verify(null, toBytes(message), key, signature);
+}
+
 /** The public key (hex) of a 32-byte seed (hex). */
 export function ed25519PublicHex(seedHex) {
   const der = crypto.createPublicKey(ed25519PrivateKey(seedHex)).export({ format: 'der', type: 'spki' });
@@ -161,9 +275,15 @@ export function loadKeyring(obj) {
     for (const limit of ['not_before_ms', 'not_after_ms', 'revoked_at_ms']) {
       if (!nullable(entry[limit])) throw new Error(`keyring: ${keyId}.${limit} is not an integer or null`);
     }
-    const key = { ...entry, keyId };
-    if (entry.algorithm === 'ed25519') key.publicKey = ed25519PublicKey(entry.public_key);
-    else if (entry.algorithm === 'hmac-sha256') {
+    // An entry without "algorithm" is hmac-sha256 (§5).
+    const algorithm = entry.algorithm ?? 'hmac-sha256';
+    const key = { ...entry, algorithm, keyId };
+    if (algorithm === 'ed25519') {
+      const problem = ed25519PublicKeyProblem(hexBytes(entry.public_key, 32, `keyring: ${keyId}: public_key`));
+      if (problem !== null) {
+        throw new Error(`keyring: key id ${keyId}: ed25519 public key ${entry.public_key} refused: ${problem}`);
+      }
+    } else if (algorithm === 'hmac-sha256') {
       if (typeof entry.secret !== 'string' || entry.secret.length < 16) throw new Error(`keyring: ${keyId}: bad secret`);
     } else throw new Error(`keyring: ${keyId}: unknown algorithm ${JSON.stringify(entry.algorithm)}`);
     keys.set(keyId, key);
@@ -178,10 +298,7 @@ export function loadKeyring(obj) {
 /** Does the signature (hex) verify over the base with this keyring entry? */
 export function verifySignature(key, base, signatureHex) {
   const bytes = Buffer.from(utf8.encode(base));
-  if (key.algorithm === 'ed25519') {
-    if (signatureHex.length !== 128 || !HEX_RE.test(signatureHex)) return false;
-    return crypto.verify(null, bytes, key.publicKey, Buffer.from(signatureHex, 'hex'));
-  }
+  if (key.algorithm === 'ed25519') return verifyEd25519(key.public_key, bytes, signatureHex);
   if (signatureHex.length !== 64 || !HEX_RE.test(signatureHex)) return false;
   const expected = Buffer.from(hmacHex(key.secret, base), 'hex');
   return crypto.timingSafeEqual(expected, Buffer.from(signatureHex, 'hex'));
