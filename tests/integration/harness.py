@@ -127,10 +127,12 @@ class WorkerProcess(ProductWorkerProcess):
         *extra: str,
         runtime: str = "native",
         http_token: str | None = None,
+        port: int | None = None,
     ) -> None:
         self.runtime = runtime
         super().__init__(
             http_token=http_token,  # the worker accepts it, and this object sends it
+            port=port,
             bootstrap=env.bootstrap,
             topic_prefix=env.topics.proposals.removesuffix("proposals"),
             group_id=env.group_id,
