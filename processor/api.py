@@ -17,7 +17,8 @@ GET /runs?state=S[&machine=M][&limit=N][&after=CURSOR]
                              (local=1: this worker's partitions only)
 GET /stats                   runs per machine and state across the cluster, and the
                              oldest entry in each (local=1: this worker's only)
-GET /inspect?run=<run_id>    the run inspector page (HTML); redirects to the owner
+GET /inspect?run=<run_id>    the run inspector page (HTML); redirects to the owner when it
+                             is a configured peer
 GET /runs/<run_id>           the run's committed snapshot (404 unknown, 421 not owned here)
 GET /runs/<run_id>/history   the run's transitions, oldest first
     [?min_revision=N[&at_ms=T]]
@@ -104,6 +105,11 @@ class Node(Protocol):
     @property
     def http_tokens(self) -> http_auth.HttpTokens:
         """The tokens this worker accepts; it sends the first to the other workers."""
+
+    @property
+    def configured_peers(self) -> Sequence[str]:
+        """The other workers' URLs as configured (`cluster.origin`s): the only ones it
+        asks, sends its token to, or redirects a browser to."""
 
     @property
     def read_fence(self) -> ReadFence:
@@ -207,18 +213,33 @@ def _cluster(
     did not answer."""
     pages, covered = [local], set(node.owned())
     url = node.advertised_url
+    asked = {_origin_or_none(url)}  # itself, then each peer once
     for peer in node.peers():
         if peer.url == url:
             continue
+        target = cluster.configured_peer(peer.url, node.configured_peers)
+        if target is None:
+            log.warning("%s", cluster.unconfigured(peer))
+            continue
+        if target in asked:
+            continue
+        asked.add(target)
         try:
-            answered = cluster.ask(peer.url, path, params, node.http_tokens.first())
+            answered = cluster.ask(target, path, params, node.http_tokens.first())
         except (OSError, ValueError) as exc:
-            log.warning("%s did not answer %s: %s", peer.url, path, exc)
+            log.warning("%s did not answer %s: %s", target, path, exc)
             continue
         pages.append(answered["items"])
         covered |= set(answered["partitions"])
     missing = sorted(set(range(node.partition_count)) - covered)
     return pages, missing
+
+
+def _origin_or_none(url: str | None) -> str | None:
+    try:
+        return None if url is None else cluster.origin(url)
+    except ValueError:
+        return None
 
 
 def _fenced(node: Node) -> Answer | None:
@@ -288,11 +309,20 @@ def _inspect(node: Node, run_id: str) -> Answer:
         return fenced
     record = node.run(run_id, partition, history=True)
     if record is None:
-        owner = next((p.url for p in node.peers() if partition in p.partitions), None)
-        if owner is not None and owner != node.advertised_url:
+        claimed = next((p for p in node.peers() if partition in p.partitions), None)
+        # A browser is sent to a configured peer only, never to an advertised address.
+        owner = None
+        if claimed is not None and claimed.url != node.advertised_url:
+            owner = cluster.configured_peer(claimed.url, node.configured_peers)
+            if owner is None:
+                log.warning("%s", cluster.unconfigured(claimed))
+        if owner is not None and owner != _origin_or_none(node.advertised_url):
             location = f"{owner}/inspect?run={quote(run_id, safe='')}"
             return Answer(307, "text/plain", b"", (("Location", location),))
-        problem = f"Run '{run_id}' lives in partition {partition}, whose owner is not known now."
+        problem = (
+            f"Run '{run_id}' lives in partition {partition}, whose owner is not known now "
+            "(or is not among this worker's configured peers, --peer)."
+        )
         return _html(503, inspector.page(run_id, None, None, [], [], now_ms, problem))
     snapshot = record.snapshot
     machine = node.machines.get(snapshot.machine) if snapshot is not None else None

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from processor.engine import Commit, Forget, Machine
 from processor.engine.lint import FORGET_EVENT
 from processor.engine.machine import with_current
-from processor.intake import DEFAULT_MAX_PROPOSAL_BYTES, Headers
+from processor.intake import DEFAULT_MAX_PROPOSAL_BYTES, Headers, TimestampType
 from processor.keyring import Keyring
 from processor.pipeline import (
     DEFAULT_MAX_STATE_BYTES,
@@ -41,6 +41,7 @@ class Record:
     value: bytes | None
     headers: Headers
     timestamp_ms: int
+    timestamp_type: TimestampType = TimestampType.LOG_APPEND_TIME
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ def verify_partition(
                 placement=None if partitions is None else Placement(partition, partitions),
                 max_bytes=max_bytes,
                 max_state_bytes=max_state_bytes,
+                timestamp_type=record.timestamp_type,
             )
         except Exception as exc:  # as the workers do: set aside, and the rest is checked
             log.exception(

@@ -1,8 +1,8 @@
 """Before `decide`: turn a record's bytes and headers into a proposal and a principal.
 
 Pure functions over bytes (no Kafka): the runtime calls them per record; tests call
-them directly. Order: undecodable -> DLQ, schema_invalid, unauthenticated,
-stale_signature.
+them directly. Order: a timestamp not the broker's -> DLQ, undecodable -> DLQ,
+schema_invalid, unauthenticated, stale_signature.
 """
 
 import json
@@ -10,6 +10,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum
 
 from pydantic import ValidationError
 
@@ -32,6 +33,55 @@ from schemas.messages import Principal, Proposal, Rejection
 DEFAULT_MAX_PROPOSAL_BYTES = 64 * 1024
 
 Headers = Sequence[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None] | None
+
+
+class TimestampType(Enum):
+    """Who set a record's timestamp: the broker when it appended the record (the
+    topic's message.timestamp.type=LogAppendTime), the producer (CreateTime), or nobody."""
+
+    LOG_APPEND_TIME = "LogAppendTime"
+    CREATE_TIME = "CreateTime"
+    NOT_AVAILABLE = "not available"
+
+    @classmethod
+    def of_librdkafka(cls, code: int | None) -> "TimestampType":
+        """confluent-kafka's `Message.timestamp()[0]` (TIMESTAMP_NOT_AVAILABLE 0,
+        TIMESTAMP_CREATE_TIME 1, TIMESTAMP_LOG_APPEND_TIME 2); anything else: not available."""
+        return _LIBRDKAFKA_TYPES.get(code, cls.NOT_AVAILABLE)
+
+    @classmethod
+    def of_kafka(cls, code: int | None) -> "TimestampType":
+        """Kafka's own numbering, aiokafka's and so Faust's `Message.timestamp_type`
+        (CreateTime 0, LogAppendTime 1, -1 or None for none)."""
+        return _KAFKA_TYPES.get(code, cls.NOT_AVAILABLE)
+
+
+_LIBRDKAFKA_TYPES: dict[int | None, TimestampType] = {
+    1: TimestampType.CREATE_TIME,
+    2: TimestampType.LOG_APPEND_TIME,
+}
+_KAFKA_TYPES: dict[int | None, TimestampType] = {
+    0: TimestampType.CREATE_TIME,
+    1: TimestampType.LOG_APPEND_TIME,
+}
+
+
+def untrusted_time(timestamp_type: TimestampType, topic: str) -> str | None:
+    """Why a record's timestamp cannot be the time it is decided at (None: it can).
+
+    Signature freshness, key validity and every deadline are judged by the record's
+    timestamp: only the broker's (LogAppendTime) is not the producer's to choose. A
+    record stamped by its producer (the topic switched to CreateTime) could pass a stale
+    signature as fresh or dodge a deadline, so it is not decided at all."""
+    if timestamp_type is TimestampType.LOG_APPEND_TIME:
+        return None
+    return (
+        f"the record's timestamp type is {timestamp_type.value}, not LogAppendTime: its "
+        "time is not the broker's, and signature freshness and deadlines are judged by "
+        f"it, so it was not decided; set message.timestamp.type=LogAppendTime on topic "
+        f"'{topic}' (`runstate topics describe` checks it), then send the proposal again, "
+        "signed anew"
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,12 +14,14 @@ from processor.intake import (
     DEFAULT_MAX_PROPOSAL_BYTES,
     Credential,
     Headers,
+    TimestampType,
     Undecodable,
     Unproven,
     Verified,
     authenticate,
     decode_proposal,
     reject_unproven,
+    untrusted_time,
 )
 from processor.keyring import Keyring
 from processor.partitioning import PARTITIONER_ADVICE, partition_for
@@ -78,6 +80,7 @@ def decide_record(
     max_bytes: int = DEFAULT_MAX_PROPOSAL_BYTES,
     max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
     verified: Verified | None = None,
+    timestamp_type: TimestampType = TimestampType.LOG_APPEND_TIME,
 ) -> Outcome:
     """The outcome of one record of the proposals topic: `admit_record`, then
     `decide_admitted`.
@@ -91,6 +94,8 @@ def decide_record(
     with its records encoded (`Commit.encoded`), or refused `state_too_large` when
     either would be over `max_state_bytes`. `verified`: Ed25519 verifications the
     runtime made beforehand (`intake.ed25519_claim`); the outcome is the same without.
+    `timestamp_type`: who set `timestamp_ms` (`admit_record` decides nothing else by
+    any but the broker's time).
     """
     admitted = admit_record(
         key,
@@ -102,6 +107,7 @@ def decide_record(
         placement=placement,
         max_bytes=max_bytes,
         verified=verified,
+        timestamp_type=timestamp_type,
     )
     if not isinstance(admitted, Admitted):
         return admitted
@@ -126,6 +132,7 @@ def admit_record(
     placement: Placement | None,
     max_bytes: int = DEFAULT_MAX_PROPOSAL_BYTES,
     verified: Verified | None = None,
+    timestamp_type: TimestampType = TimestampType.LOG_APPEND_TIME,
 ) -> Admitted | Rejection | DeadLetterReason:
     """What a record is before any run's state is read: a proposal admitted to be
     decided, or its outcome already (not a proposal: the DLQ; a proposal with a wrong
@@ -133,7 +140,11 @@ def admit_record(
     and the keyring alone, so a runtime may admit a whole batch before deciding it: the
     decoder's and the verifier's code then stay hot in the CPU's caches (on the 2-core
     benchmark machine, 20 % more signed records a second through these two functions
-    than admitting and deciding each in turn; a native drain, +7 %, inside its noise)."""
+    than admitting and deciding each in turn; a native drain, +7 %, inside its noise).
+    A record whose timestamp is not the broker's goes to the DLQ first (`untrusted_time`)."""
+    untrusted = untrusted_time(timestamp_type, topic)
+    if untrusted is not None:
+        return DeadLetterReason(untrusted)
     decoded = decode_proposal(value, timestamp_ms, max_bytes)
     if isinstance(decoded, Undecodable):
         return DeadLetterReason(decoded.reason)

@@ -10,6 +10,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from processor.audit import Record
 from processor.config import KafkaSettings
+from processor.intake import TimestampType
 
 # The partition's leader is not known yet: right after the topic was created, or while
 # a restarted broker is taking its partitions back.
@@ -107,6 +108,7 @@ def as_record(msg: Message) -> Record:
         value=msg.value(),
         headers=msg.headers(),
         timestamp_ms=msg.timestamp()[1],
+        timestamp_type=TimestampType.of_librdkafka(msg.timestamp()[0]),
     )
 
 

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from processor.broker.launcher import BrokerError
 from processor.broker.provide import configured_bootstrap, provide_broker
+from processor.broker.server import free_ports
 from processor.cli.options import bootstrap_option, option
 from processor.config import KafkaSettings
 from processor.demo.driver import DemoResult, Driver
@@ -84,6 +85,9 @@ def demo(
             keyring_file = workdir / "keyring.json"
             keyring_file.write_text(dump_keyring(keyring))
             procs = []
+            # Each worker asks the others for reads across the cluster: they are its peers.
+            ports = free_ports(workers)
+            peers = [arg for port in ports for arg in ("--peer", f"http://127.0.0.1:{port}")]
             with console.status(f"Starting {workers} worker process(es)"):
                 for n in range(workers):
                     proc = WorkerProcess(
@@ -93,7 +97,8 @@ def demo(
                         state_dir=workdir / f"state-{n}",
                         keyring_file=keyring_file,
                         log_path=workdir / f"worker-{n}.log",
-                        extra_args=("-X", "session.timeout.ms=10000"),
+                        extra_args=("-X", "session.timeout.ms=10000", *peers),
+                        port=ports[n],
                     )
                     stack.callback(proc.terminate)
                     procs.append(proc)

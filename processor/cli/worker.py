@@ -22,6 +22,7 @@ from processor.cli.options import (
     pass_kafka,
     state_dir_option,
 )
+from processor.cluster import origin
 from processor.config import WorkerConfig
 from processor.engine.parse import MachineFileError
 from processor.errors import ClientBroken, WorkerError
@@ -32,6 +33,25 @@ from processor.runtime.heap import tune_collector
 from processor.runtime.http import serve
 from processor.runtime.worker import Worker
 from processor.versions import deployed_catalog
+
+
+class PeerUrl(click.ParamType):
+    """A peer's URL, as its origin (`cluster.origin`); RUNSTATE_PEERS separates them by
+    commas."""
+
+    name = "url"
+    envvar_list_splitter = ","
+
+    def split_envvar_value(self, rv: str) -> list[str]:
+        return [item.strip() for item in rv.split(",") if item.strip()]
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> str:
+        try:
+            return origin(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
 
 
 @click.command()
@@ -89,6 +109,17 @@ from processor.versions import deployed_catalog
     default=None,
     help="The URL other workers reach this one's HTTP API at, for queries across the "
     "cluster (default: http://<http-host, or this host's name for 0.0.0.0>:<port>).",
+)
+@option(
+    "--peer",
+    "peers",
+    env="PEERS",
+    multiple=True,
+    type=PeerUrl(),
+    help="The HTTP URL (scheme://host:port) of another worker of the group, as it "
+    "advertises it (repeatable; in the environment, comma-separated). Reads across the "
+    "cluster ask these only, with the HTTP token: a group member advertising any other "
+    "URL is not asked, and its partitions are reported missing.",
 )
 @option(
     "--commit-interval-ms",
@@ -170,6 +201,7 @@ def worker(
     http_tokens_file: Path | None,
     http_insecure: bool,
     advertised_url: str | None,
+    peers: tuple[str, ...],
     commit_interval_ms: int,
     commit_max_records: int,
     max_proposal_bytes: int,
@@ -239,6 +271,7 @@ def worker(
             static_membership=static_membership,
             http_host=http_host,
             http_tokens=http_tokens,
+            peers=tuple(dict.fromkeys(peers)),
         )
         tune_collector()  # start-up is over: see heap.py
         if runtime == "faust":

@@ -47,6 +47,7 @@ from processor.faust_runtime.table import (
 from processor.faust_runtime.timers import DueIndex, TableTimers
 from processor.faust_runtime.transport import Consumer, Transport, Unreadable
 from processor.faust_runtime.web import FaustNode, Web, serve_api
+from processor.intake import TimestampType
 from processor.keyring import KeyringWatch
 from processor.logs import log_outcomes, logged
 from processor.metrics import MetricsBatch
@@ -341,6 +342,7 @@ def build_app(
                         placement=Placement(message.partition, partitions),
                         max_bytes=config.max_proposal_bytes,
                         max_state_bytes=config.max_state_bytes,
+                        timestamp_type=TimestampType.of_kafka(message.timestamp_type),
                     )
                     metrics.decision.observe(time.perf_counter() - began)
             except Exception as exc:  # a bug must not stall the partition

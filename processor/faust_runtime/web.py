@@ -115,6 +115,10 @@ class FaustNode:
     def http_tokens(self) -> http_auth.HttpTokens:
         return self.config.http_tokens
 
+    @property
+    def configured_peers(self) -> tuple[str, ...]:
+        return self.config.peers
+
     def owned(self) -> list[int]:
         return self._on_loop(self._owned_now)
 

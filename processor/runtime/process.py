@@ -30,8 +30,9 @@ class WorkerProcess:
         log_path: Path,
         extra_args: tuple[str, ...] = (),
         http_token: str | None = None,
+        port: int | None = None,
     ) -> None:
-        self.port = free_port()
+        self.port = port or free_port()  # known before it starts: other workers' --peer
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self.headers = bearer(http_token)  # what this object sends to the worker's API

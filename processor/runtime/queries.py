@@ -40,6 +40,10 @@ class WorkerQueries:
         return self.worker.config.http_tokens
 
     @property
+    def configured_peers(self) -> tuple[str, ...]:
+        return self.worker.config.peers
+
+    @property
     def read_fence(self) -> ReadFence:
         return self.worker.read_fence
 

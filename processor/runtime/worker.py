@@ -41,7 +41,7 @@ from processor.cluster import client_id
 from processor.config import WorkerConfig
 from processor.engine import Beat, Commit, Forget, is_finished
 from processor.errors import ClientBroken, ClientHung, WorkerError
-from processor.intake import Verified
+from processor.intake import TimestampType, Verified
 from processor.keyring import KeyringWatch
 from processor.metrics import WorkerMetrics
 from processor.outputs import (
@@ -416,16 +416,18 @@ class Worker:
                 continue
             began = clock()
             try:
+                timestamp_type, timestamp_ms = msg.timestamp()
                 admitted: Admitted | Outcome = admit_record(
                     msg.key(),
                     msg.value(),
                     msg.headers(),
-                    msg.timestamp()[1],
+                    timestamp_ms,
                     topic=msg.topic() or "",
                     keyring=keyring,
                     placement=Placement(msg.partition() or 0, partitions),
                     max_bytes=max_bytes,
                     verified=verified,
+                    timestamp_type=TimestampType.of_librdkafka(timestamp_type),
                 )
             except Exception as exc:  # a bug must not turn one record into a stalled partition
                 log.exception(

@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, Message
 from processor.client import RunstateClient
 from processor.config import KafkaSettings
 from processor.engine import Beat, Commit, Forget
+from processor.intake import TimestampType
 from processor.keyring import Keyring, SigningKey, dump_keyring, generate_keyring, signing_key_from
 from processor.machines import builtin_machines
 from processor.outputs import is_run_key
@@ -126,10 +127,12 @@ class WorkerProcess(ProductWorkerProcess):
         *extra: str,
         runtime: str = "native",
         http_token: str | None = None,
+        port: int | None = None,
     ) -> None:
         self.runtime = runtime
         super().__init__(
             http_token=http_token,  # the worker accepts it, and this object sends it
+            port=port,
             bootstrap=env.bootstrap,
             topic_prefix=env.topics.proposals.removesuffix("proposals"),
             group_id=env.group_id,
@@ -328,6 +331,7 @@ def decided_records(env: Env) -> Iterator[tuple[Message, Outcome]]:
             lookup=runs.lookup,
             seen=runs.seen,
             placement=Placement(msg.partition() or 0, partitions),
+            timestamp_type=TimestampType.of_librdkafka(msg.timestamp()[0]),
         )
         runs.apply(outcome)
         yield msg, outcome

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from processor.broker.server import free_ports
 from processor.partitioning import partition_for
 from processor.topics import TopicNames
 from schemas.messages import Rejection, Transition
@@ -229,8 +230,14 @@ def test_runs_by_state_across_workers_from_either_worker(env: Env, runtime: str)
         if len(paused) == 6:
             break
     running = ["q-run-a", "q-run-b"]
-    first = WorkerProcess(env, env.tmp / "w1", runtime=runtime, http_token=TOKEN)
-    second = WorkerProcess(env, env.tmp / "w2", runtime=runtime, http_token=TOKEN)
+    ports = free_ports(2)
+    peers = ("--peer", f"http://127.0.0.1:{ports[0]}", "--peer", f"http://127.0.0.1:{ports[1]}")
+    first = WorkerProcess(
+        env, env.tmp / "w1", *peers, runtime=runtime, http_token=TOKEN, port=ports[0]
+    )
+    second = WorkerProcess(
+        env, env.tmp / "w2", *peers, runtime=runtime, http_token=TOKEN, port=ports[1]
+    )
     client, workers = env.client(), [first, second]
     try:
         first.wait_ready()

@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from processor import api
-from processor.cluster import Peer, StateStats
+from processor.cluster import Peer, StateStats, origin
 from processor.engine import Machine
 from processor.http_auth import HttpTokens
 from processor.machines import builtin_machines
@@ -44,6 +44,7 @@ class FakeNode:
     partition_count: int = 3
     advertised_url: str | None = "http://me"
     peer_list: list[Peer] = field(default_factory=list)
+    configured_peers: tuple[str, ...] = ()
     rows: list[Row] = field(default_factory=list)
     idle: float = 0.1
     waits: list[str] = field(default_factory=list)
@@ -248,6 +249,7 @@ def test_cluster_queries_ask_the_peers_and_name_partitions_nobody_answered_for(
             Peer(url, (2,)),
             Peer("http://127.0.0.1:9", (1,)),  # does not answer
         ],
+        configured_peers=(origin(url), "http://127.0.0.1:9"),
     )
     status, body, _ = get(node, "/runs?state=paused")
     assert status == 200
@@ -268,7 +270,11 @@ def test_a_worker_with_tokens_asks_its_peers_with_the_first(
     peer: tuple[str, list[dict[str, str]]],
 ) -> None:
     url, asked = peer
-    node = FakeNode(peer_list=[Peer(url, (2,))], http_tokens=HttpTokens(["t-first", "t-next"]))
+    node = FakeNode(
+        peer_list=[Peer(url, (2,))],
+        http_tokens=HttpTokens(["t-first", "t-next"]),
+        configured_peers=(origin(url),),
+    )
     status, _, _ = get(node, "/stats", "Bearer t-next")  # any of them lets the client in
     assert status == 200
     assert asked == [{"local": "1", "path": "/stats", "authorization": "Bearer t-first"}]
@@ -289,6 +295,9 @@ def test_the_inspector_page_its_redirect_and_a_runtime_without_refusals() -> Non
     status, html, _ = get(node, "/inspect?run=r+2")
     assert status == 503 and "whose owner is not known now" in html
     node.peer_list = [Peer("http://other:8080", (partition,))]
+    status, html, _ = get(node, "/inspect?run=r%202")  # not a configured peer: no redirect
+    assert status == 503 and "configured peers" in html
+    node.configured_peers = ("http://other:8080",)
     status, _, answer = get(node, "/inspect?run=r%202")
     location = ("Location", "http://other:8080/inspect?run=r%202")
     assert status == 307 and answer.headers == (location,)

@@ -1,0 +1,292 @@
+"""A worker asks, and sends its token to, configured peers only: whatever URL a member of
+its consumer group advertises (another host or port, user-info tricks, paths, case and
+trailing-dot variants, IPv6) and wherever a peer redirects, no request and no
+Authorization header reaches an address that is not configured; its partitions are
+reported missing, with a warning naming it."""
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import click
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from processor import cluster
+from processor.cli.options import option
+from processor.cli.worker import PeerUrl
+from processor.cluster import Peer, origin
+from processor.http_auth import HttpTokens
+from tests.unit.test_api import FakeNode, get
+
+pytestmark = pytest.mark.unit
+
+TOKEN = "peer-token-0123456789"
+
+
+@dataclass
+class Recorder:
+    """What an HTTP server was sent: each request's path and Authorization header. It
+    answers as a peer owning partition 1, or redirects to `redirect_to`."""
+
+    url: str = ""
+    seen: list[tuple[str, str | None]] = field(default_factory=list)
+    redirect_to: str | None = None
+    redirect_code: int = 307
+
+
+@contextmanager
+def recording() -> Iterator[Recorder]:
+    recorder = Recorder()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            recorder.seen.append((self.path, self.headers.get("Authorization")))
+            if recorder.redirect_to is not None:
+                self.send_response(recorder.redirect_code)
+                self.send_header("Location", recorder.redirect_to + self.path)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            data = json.dumps({"items": [], "partitions": [1]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    recorder.url = f"http://127.0.0.1:{server.server_address[1]}"
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield recorder
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="module")
+def good() -> Iterator[Recorder]:
+    """The configured peer."""
+    with recording() as recorder:
+        yield recorder
+
+
+@pytest.fixture(scope="module")
+def evil() -> Iterator[Recorder]:
+    """An address a group member advertises, that no one configured."""
+    with recording() as recorder:
+        yield recorder
+
+
+def _port(url: str) -> int:
+    return int(url.rsplit(":", 1)[1])
+
+
+def hostile_urls(good_port: int, evil_port: int) -> st.SearchStrategy[str]:
+    """URLs that name the evil server, or the good one in a form that is no plain
+    origin, or nothing at all."""
+    hosts = st.sampled_from(
+        ["127.0.0.1", "LOCALHOST", "localhost.", "127.1", "0x7f.1", "[::1]", "[::ffff:127.0.0.1]"]
+    )
+    schemes = st.sampled_from(["http", "HTTP", "https", "ftp", ""])
+    userinfo = st.sampled_from(
+        ["", f"127.0.0.1:{good_port}@", "user:pass@", "@", f"127.0.0.1%3A{good_port}@"]
+    )
+    suffixes = st.sampled_from(
+        ["", "/", "/x", "/..", "?q=1", "#frag", f"#@127.0.0.1:{good_port}", "?", "#", "\\@x"]
+    )
+    built = st.builds(
+        lambda scheme, info, host, port, suffix: f"{scheme}://{info}{host}:{port}{suffix}",
+        schemes,
+        userinfo,
+        hosts,
+        st.sampled_from([evil_port, good_port]),
+        suffixes,
+    )
+    tricks = st.sampled_from(
+        [
+            f"http://127.0.0.1:{evil_port}",
+            f"http://127.0.0.1:{good_port}@127.0.0.1:{evil_port}",
+            f"http://127.0.0.1:{good_port}:{evil_port}",
+            f"http://127.0.0.1:{evil_port}\\@127.0.0.1:{good_port}",
+            f"http://127.0.0.1:{evil_port}#127.0.0.1:{good_port}",
+            f" http://127.0.0.1:{evil_port} ",
+            "http://evil%2e127.0.0.1",
+            "",
+            "not a url",
+        ]
+    )
+    return st.one_of(built, tricks, st.text(max_size=40))
+
+
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(data=st.data())
+def test_no_request_and_no_token_reach_an_address_not_configured(
+    good: Recorder, evil: Recorder, data: st.DataObject, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    good_origin = origin(good.url)
+    advertised = data.draw(hostile_urls(_port(good.url), _port(evil.url)), "advertised")
+    targets: list[str] = []
+    real_ask = cluster.ask
+
+    def spying(url: str, *args: Any, **kwargs: Any) -> Any:
+        targets.append(url)
+        return real_ask(url, *args, **kwargs)
+
+    monkeypatch.setattr(cluster, "ask", spying)
+    good.seen.clear()
+    evil.seen.clear()
+    node = FakeNode(
+        owned_partitions=[0],
+        peer_list=[Peer(advertised, (1, 2))],
+        configured_peers=(good_origin,),
+        http_tokens=HttpTokens([TOKEN]),
+    )
+    status, body, _ = get(node, "/stats", f"Bearer {TOKEN}")
+    assert status == 200
+    assert evil.seen == []
+    assert set(targets) <= {good_origin}  # nothing but the configured URL is asked
+    if targets:  # the advertised URL is the configured origin, spelled another way
+        assert cluster.configured_peer(advertised, (good_origin,)) == good_origin
+        assert good.seen == [("/stats?local=1", f"Bearer {TOKEN}")]
+        assert body["missing_partitions"] == [2]
+    else:
+        assert good.seen == []
+        assert body["missing_partitions"] == [1, 2]
+
+
+def test_an_advertised_url_not_configured_is_warned_about_and_missing(
+    good: Recorder, evil: Recorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    evil.seen.clear()
+    node = FakeNode(
+        owned_partitions=[0],
+        peer_list=[Peer(evil.url, (1, 2))],
+        configured_peers=(origin(good.url),),
+        http_tokens=HttpTokens([TOKEN]),
+    )
+    with caplog.at_level("WARNING", logger="runstate.http"):
+        _, body, _ = get(node, "/runs?state=paused", f"Bearer {TOKEN}")
+    assert body["missing_partitions"] == [1, 2] and evil.seen == []
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 1
+    assert repr(evil.url) in warned[0] and "--peer" in warned[0] and "[1, 2]" in warned[0]
+
+
+def test_members_advertising_one_configured_peer_get_it_asked_once(good: Recorder) -> None:
+    """A member copying a configured peer's URL does not make its answer count twice."""
+    good.seen.clear()
+    node = FakeNode(
+        owned_partitions=[0],
+        partition_count=2,
+        peer_list=[Peer(good.url, (1,)), Peer(good.url.upper(), (1,)), Peer(good.url + "/", ())],
+        configured_peers=(origin(good.url),),
+    )
+    _, body, _ = get(node, "/stats")
+    assert len(good.seen) == 1 and body["missing_partitions"] == []
+
+
+@pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
+def test_a_redirect_from_a_configured_peer_is_not_followed(
+    good: Recorder, evil: Recorder, code: int
+) -> None:
+    """urllib would carry the Authorization header to wherever a redirect points."""
+    good.seen.clear()
+    evil.seen.clear()
+    good.redirect_to, good.redirect_code = evil.url, code
+    try:
+        node = FakeNode(
+            owned_partitions=[0],
+            peer_list=[Peer(good.url, (1,))],
+            configured_peers=(origin(good.url),),
+            http_tokens=HttpTokens([TOKEN]),
+        )
+        _, body, _ = get(node, "/stats", f"Bearer {TOKEN}")
+    finally:
+        good.redirect_to = None
+    assert [auth for _, auth in good.seen] == [f"Bearer {TOKEN}"]
+    assert evil.seen == []
+    assert body["missing_partitions"] == [1, 2]  # as a peer that did not answer
+
+
+@settings(max_examples=200, deadline=None)
+@given(advertised=hostile_urls(8080, 6666))
+def test_the_inspector_redirects_a_browser_to_configured_peers_only(advertised: str) -> None:
+    node = FakeNode(
+        owned_partitions=[],
+        peer_list=[Peer(advertised, (0, 1, 2))],
+        configured_peers=("http://127.0.0.1:8080",),
+    )
+    status, _, answer = get(node, "/inspect?run=r1")
+    if status == 307:
+        location = dict(answer.headers)["Location"]
+        assert location == "http://127.0.0.1:8080/inspect?run=r1"
+        assert cluster.configured_peer(advertised, node.configured_peers) is not None
+    else:
+        assert status == 503
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    scheme=st.sampled_from(["http", "HTTP", "Http"]),
+    host=st.sampled_from(["worker-2", "WORKER-2", "worker-2."]),
+    port=st.sampled_from(["", ":80"]),
+    slash=st.sampled_from(["", "/"]),
+)
+def test_spellings_of_one_origin_are_one_peer(
+    scheme: str, host: str, port: str, slash: str
+) -> None:
+    assert origin(f"{scheme}://{host}{port}{slash}") == "http://worker-2:80"
+
+
+def test_origins_of_addresses_and_what_is_no_origin() -> None:
+    assert origin("https://[0:0:0:0:0:0:0:1]") == "https://[::1]:443"
+    assert origin("http://[::FFFF:7f00:1]:8080") == "http://[::ffff:7f00:1]:8080"
+    assert origin("http://127.0.0.1:8080") == "http://127.0.0.1:8080"
+    for bad in (
+        "http://u@h:1",
+        "http://u:p@h:1",
+        "http://h:1/path",
+        "http://h:1?x",
+        "http://h:1#f",
+        "http://h:1?",
+        "ftp://h:1",
+        "h:1",
+        "http://:1",
+        "http://h:99999",
+        "http://ev%2eil:1",
+        "http://h:1\\@x",
+        "",
+    ):
+        with pytest.raises(ValueError, match="scheme://host:port"):
+            origin(bad)
+
+
+def test_peers_from_flags_and_a_comma_separated_variable() -> None:
+    @click.command()
+    @option("--peer", "peers", env="PEERS", multiple=True, type=PeerUrl())
+    def show(peers: tuple[str, ...]) -> None:
+        click.echo(",".join(peers))
+
+    runner = CliRunner()
+    env = {"RUNSTATE_PEERS": " http://W1:8080/ , https://w2.,"}
+    result = runner.invoke(show, [], env=env)
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == "http://w1:8080,https://w2:443"
+    result = runner.invoke(show, ["--peer", "http://a:1", "--peer", "http://b:2"])
+    assert result.output.strip() == "http://a:1,http://b:2"
+    result = runner.invoke(show, ["--peer", "http://good@evil:1"])
+    assert result.exit_code == 2 and "user info" in result.output
