@@ -17,6 +17,7 @@ from processor.engine.lint import FORGET_EVENT
 from processor.engine.machine import with_current
 from processor.intake import DEFAULT_MAX_PROPOSAL_BYTES, Headers
 from processor.keyring import Keyring
+from processor.outputs import CommitLimits
 from processor.pipeline import (
     DEFAULT_MAX_STATE_BYTES,
     DeadLetterReason,
@@ -74,6 +75,7 @@ def verify_partition(
     partitions: int | None = None,
     max_bytes: int = DEFAULT_MAX_PROPOSAL_BYTES,
     max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
+    commit_limits: CommitLimits | None = None,
 ) -> list[Finding]:
     findings: list[Finding] = []
     runs = RunsInMemory()
@@ -99,6 +101,7 @@ def verify_partition(
                 placement=None if partitions is None else Placement(partition, partitions),
                 max_bytes=max_bytes,
                 max_state_bytes=max_state_bytes,
+                commit_limits=commit_limits,
             )
         except Exception as exc:  # as the workers do: set aside, and the rest is checked
             log.exception(
