@@ -17,6 +17,7 @@ from processor.engine.lint import FORGET_EVENT
 from processor.engine.machine import with_current
 from processor.intake import DEFAULT_MAX_PROPOSAL_BYTES, Headers, TimestampType
 from processor.keyring import Keyring
+from processor.outputs import CommitLimits
 from processor.pipeline import (
     DEFAULT_MAX_STATE_BYTES,
     DeadLetterReason,
@@ -75,6 +76,7 @@ def verify_partition(
     partitions: int | None = None,
     max_bytes: int = DEFAULT_MAX_PROPOSAL_BYTES,
     max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
+    commit_limits: CommitLimits | None = None,
 ) -> list[Finding]:
     findings: list[Finding] = []
     runs = RunsInMemory()
@@ -101,6 +103,7 @@ def verify_partition(
                 max_bytes=max_bytes,
                 max_state_bytes=max_state_bytes,
                 timestamp_type=record.timestamp_type,
+                commit_limits=commit_limits,
             )
         except Exception as exc:  # as the workers do: set aside, and the rest is checked
             log.exception(

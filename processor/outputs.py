@@ -4,7 +4,10 @@ Every record fits its topic: a DLQ or rejection record that would be larger than
 topic accepts is cut down (a prefix of the original bytes, with their length and
 SHA-256; a detail cut short), so that no input, however large, can make the broker
 refuse an outcome. A commit's records are bounded before that, by the pipeline's
-`max_state_bytes` rule, and the worker checks at start that its topics take them.
+`max_state_bytes` rule and by `CommitLimits` (what one commit writes to a topic fits one
+batch of it), and the worker checks at start that its topics take them. The producer's
+`batch.size` is kept to the smallest batch a topic it writes takes
+(`RecordLimits.batch_size`), so that no batch of several records is refused either.
 """
 
 import base64
@@ -21,8 +24,18 @@ from schemas.messages import DeadLetter, Rejection, RunSnapshot, Transition
 
 #: librdkafka's default `message.max.bytes`: the largest record a producer sends.
 DEFAULT_MESSAGE_MAX_BYTES = 1_000_000
+#: librdkafka's default `batch.size`: how many bytes of records it packs into one batch.
+DEFAULT_BATCH_SIZE = 1_000_000
 #: Room kept in a record for its headers and the record and batch framing.
 RECORD_OVERHEAD = 1024
+#: A record batch's bytes around its records (the v2 header is 61 bytes; the broker checks
+#: the whole batch against `max.message.bytes`), rounded up.
+BATCH_FRAMING = 128
+#: A record's bytes around its key, value and headers, at most: its length, attributes,
+#: timestamp and offset deltas, and the key, value and header-count lengths (varints).
+RECORD_FRAMING = 40
+#: A header's bytes around its name and value, at most (two varint lengths).
+HEADER_FRAMING = 10
 #: Longest record key an output keeps; a longer original key is left out (its bytes are
 #: in the DLQ record).
 MAX_OUTPUT_KEY_BYTES = 1024
@@ -132,13 +145,28 @@ def parse_index(raw: bytes) -> tuple[Where, TimerMarks]:
 class RecordLimits:
     """The largest record value, key included, each output topic takes: the topic's
     `max.message.bytes` or the producer's `message.max.bytes`, whichever is smaller,
-    less `RECORD_OVERHEAD`. Topics not named take the producer's default."""
+    less `RECORD_OVERHEAD`; and the most bytes of records, framing included, one batch of
+    it holds (`batches`: that smaller limit less `BATCH_FRAMING`). Topics not named take
+    the producer's default."""
 
     by_topic: Mapping[str, int] = field(default_factory=dict)
     default: int = DEFAULT_MESSAGE_MAX_BYTES - RECORD_OVERHEAD
+    batches: Mapping[str, int] = field(default_factory=dict)
+    default_batch: int = DEFAULT_MESSAGE_MAX_BYTES - BATCH_FRAMING
 
     def of(self, topic: str) -> int:
         return self.by_topic.get(topic, self.default)
+
+    def batch(self, topic: str) -> int:
+        """The bytes of records (`record_bytes`) one batch of `topic` holds at most."""
+        return self.batches.get(topic, self.default_batch)
+
+    def batch_size(self, configured: int = DEFAULT_BATCH_SIZE) -> int:
+        """The producer's `batch.size`: the `configured` one, or less when a topic it
+        writes takes smaller batches. The broker checks a whole batch against the topic's
+        `max.message.bytes`, and a producer packs one partition's records into one batch
+        up to `batch.size` (one record larger than that goes alone, and `of` bounds it)."""
+        return max(1, min(configured, self.default_batch, *self.batches.values()))
 
     @classmethod
     def learn(cls, topics: Mapping[str, int], producer_max: int) -> "RecordLimits":
@@ -146,6 +174,8 @@ class RecordLimits:
         return cls(
             {topic: min(size, producer_max) - RECORD_OVERHEAD for topic, size in topics.items()},
             producer_max - RECORD_OVERHEAD,
+            {topic: min(size, producer_max) - BATCH_FRAMING for topic, size in topics.items()},
+            producer_max - BATCH_FRAMING,
         )
 
 
@@ -260,6 +290,71 @@ class OutputRecord:
     headers: Headers | None = None
 
 
+def record_bytes(key: bytes | None, value: bytes | None, headers: Headers | None) -> int:
+    """A record's bytes in a batch, at most: key, value and headers with their framing."""
+    size = RECORD_FRAMING + len(key or b"") + len(value or b"")
+    for name, header in headers or ():
+        raw = header.encode() if isinstance(header, str) else header or b""
+        size += HEADER_FRAMING + len(name.encode()) + len(raw)
+    return size
+
+
+@dataclass(frozen=True, slots=True)
+class Overflow:
+    """A commit's records that one batch of their topic cannot hold."""
+
+    topic: str
+    records: int
+    size: int  # their `record_bytes`, together
+    limit: int  # what one batch of the topic holds
+
+
+@dataclass(frozen=True)
+class CommitLimits:
+    """What one commit may write to each topic: its records there (the transition; the
+    history record and the snapshot) together fit one batch of it, so no producer, however
+    it packs them, sends a batch of them the broker refuses. Computed once from the
+    topics' limits; `overflow` is pure."""
+
+    topics: TopicNames
+    limits: RecordLimits
+
+    def overflow(self, commit: Commit, transition: bytes, snapshot: bytes) -> Overflow | None:
+        """The first topic whose records of this commit (`transition` and `snapshot`: its
+        JSON) one batch cannot hold; None when they fit."""
+        sizes: dict[str, tuple[int, int]] = {}
+        for record in commit_records(self.topics, commit, transition, snapshot):
+            count, size = sizes.get(record.topic, (0, 0))
+            sizes[record.topic] = (
+                count + 1,
+                size + record_bytes(record.key, record.value, record.headers),
+            )
+        for topic, (count, size) in sizes.items():
+            limit = self.limits.batch(topic)
+            if size > limit:
+                return Overflow(topic, count, size, limit)
+        return None
+
+
+def commit_records(
+    topics: TopicNames, commit: Commit, transition: bytes, snapshot: bytes
+) -> list[OutputRecord]:
+    """A commit's records: its transition, its history record and its snapshot
+    (changelog), the run's snapshot last (see `outcome_records`)."""
+    t = commit.transition
+    run_key = commit.snapshot.run_id.encode()
+    revision: Headers = [(REVISION_HEADER, revision_header(t))]
+    return [
+        OutputRecord(topics.transitions, run_key, transition, revision),
+        OutputRecord(
+            topics.changelog, history_changelog_key(t.run_id, t.revision), transition, revision
+        ),
+        OutputRecord(
+            topics.changelog, run_key, snapshot, [(INDEX_HEADER, snapshot_index(commit.snapshot))]
+        ),
+    ]
+
+
 def outcome_records(
     topics: TopicNames,
     outcome: Outcome,
@@ -287,25 +382,11 @@ def outcome_records(
             ),
         ]
     if isinstance(outcome, Commit):
-        t = outcome.transition
-        run_key = outcome.snapshot.run_id.encode()
         transition, snapshot = outcome.encoded or (
-            t.model_dump_json().encode(),
+            outcome.transition.model_dump_json().encode(),
             outcome.snapshot.model_dump_json().encode(),
         )
-        revision: Headers = [(REVISION_HEADER, revision_header(t))]
-        return [
-            OutputRecord(topics.transitions, run_key, transition, revision),
-            OutputRecord(
-                topics.changelog, history_changelog_key(t.run_id, t.revision), transition, revision
-            ),
-            OutputRecord(
-                topics.changelog,
-                run_key,
-                snapshot,
-                [(INDEX_HEADER, snapshot_index(outcome.snapshot))],
-            ),
-        ]
+        return commit_records(topics, outcome, transition, snapshot)
     if isinstance(outcome, Forget):
         t = outcome.transition
         run_key = t.run_id.encode()
@@ -325,13 +406,17 @@ def outcome_records(
     if isinstance(outcome, DeadLetterReason):
         return [dead_letter_record(topics, source, outcome.reason, limits)]
     key = outcome.run_id.encode() if outcome.run_id is not None else output_key(source.key)
-    value = rejection_value(outcome, limits.of(topics.rejections) - len(key or b""))
-    refused = OutputRecord(topics.rejections, key, value)
+    limit = limits.of(topics.rejections) - len(key or b"")
     if outcome.content_digest is None or outcome.run_id is None:
-        return [refused]
-    # The run's answer to this id for its life: in the changelog, as it was published.
+        return [OutputRecord(topics.rejections, key, rejection_value(outcome, limit))]
+    # The run's answer to this id for its life: in the changelog, as it was published
+    # (so made to fit both topics).
     answer = answer_changelog_key(outcome.run_id, outcome.proposal_id or "")
-    return [refused, OutputRecord(topics.changelog, answer, value)]
+    value = rejection_value(outcome, min(limit, limits.of(topics.changelog) - len(answer)))
+    return [
+        OutputRecord(topics.rejections, key, value),
+        OutputRecord(topics.changelog, answer, value),
+    ]
 
 
 def dead_letter_record(

@@ -6,6 +6,7 @@ function over the proposals topic, which is why a replay reproduces every decisi
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from processor.engine import Beat, Commit, Forget, Machine, decide
 from processor.engine.answers import Answer, committed_digest, digest_of
@@ -27,6 +28,9 @@ from processor.keyring import Keyring
 from processor.partitioning import PARTITIONER_ADVICE, partition_for
 from schemas.codes import RejectionCode
 from schemas.messages import Proposal, Rejection, RunSnapshot, Transition
+
+if TYPE_CHECKING:  # (outputs builds on this module: the limits come from the runtime)
+    from processor.outputs import CommitLimits
 
 #: Default limit on a commit's records (the run's snapshot and its transition, as JSON).
 #: Kafka's clients and brokers take records of about 1 MB by default; this leaves room
@@ -81,6 +85,7 @@ def decide_record(
     max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
     verified: Verified | None = None,
     timestamp_type: TimestampType = TimestampType.LOG_APPEND_TIME,
+    commit_limits: "CommitLimits | None" = None,
 ) -> Outcome:
     """The outcome of one record of the proposals topic: `admit_record`, then
     `decide_admitted`.
@@ -92,7 +97,9 @@ def decide_record(
     record was read (None where that is not known, e.g. a single record decided alone).
     A commit comes back
     with its records encoded (`Commit.encoded`), or refused `state_too_large` when
-    either would be over `max_state_bytes`. `verified`: Ed25519 verifications the
+    either would be over `max_state_bytes`, or its records for a topic would not fit one
+    batch of it (`commit_limits`, from the topics' limits; None: not checked).
+    `verified`: Ed25519 verifications the
     runtime made beforehand (`intake.ed25519_claim`); the outcome is the same without.
     `timestamp_type`: who set `timestamp_ms` (`admit_record` decides nothing else by
     any but the broker's time).
@@ -118,6 +125,7 @@ def decide_record(
         lookup=lookup,
         seen=seen,
         max_state_bytes=max_state_bytes,
+        commit_limits=commit_limits,
     )
 
 
@@ -193,6 +201,7 @@ def decide_admitted(
     lookup: Callable[[str], RunSnapshot | None],
     seen: Seen,
     max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
+    commit_limits: "CommitLimits | None" = None,
 ) -> Outcome:
     """An admitted proposal decided against its run's current state (see
     `decide_record`)."""
@@ -210,35 +219,52 @@ def decide_admitted(
         credential.signed_at_ms,
     )
     if isinstance(decision, Commit):
-        fitted = fit_commit(decision, current, max_state_bytes)
+        fitted = fit_commit(decision, current, max_state_bytes, commit_limits)
         if isinstance(fitted, Rejection):  # decided, so the run's answer like any refusal
             return remembered(fitted, digest_of(proposal, credential.principal))
         return fitted
     return decision
 
 
-def fit_commit(commit: Commit, current: RunSnapshot | None, limit: int) -> Commit | Rejection:
+def fit_commit(
+    commit: Commit,
+    current: RunSnapshot | None,
+    limit: int,
+    batches: "CommitLimits | None" = None,
+) -> Commit | Rejection:
     """The commit with its records encoded, or `state_too_large` when one is over `limit`
-    bytes: the broker would refuse it, and the run stays as it was."""
+    bytes, or when its records for a topic, with their keys, headers and framing, would
+    not fit one batch of it (`batches`; None: not checked): the broker would refuse them,
+    and the run stays as it was."""
     # model_dump_json's very bytes, from its serializer directly: model_dump_json
     # decodes them to text, which was encoded back here.
     transition = _TRANSITION_JSON(commit.transition)
     snapshot = _SNAPSHOT_JSON(commit.snapshot)
-    if len(transition) <= limit and len(snapshot) <= limit:
-        # Built directly: NamedTuple._replace goes through a dict of the fields (4x slower).
-        return Commit(commit.snapshot, commit.transition, (transition, snapshot))
-    what, size = (
-        ("snapshot", len(snapshot)) if len(snapshot) > limit else ("transition", len(transition))
-    )
     t = commit.transition
+    if len(transition) <= limit and len(snapshot) <= limit:
+        over = None if batches is None else batches.overflow(commit, transition, snapshot)
+        if over is None:
+            # Built directly: NamedTuple._replace goes through a dict of the fields (4x slower).
+            return Commit(commit.snapshot, commit.transition, (transition, snapshot))
+        what = (
+            f"{over.records} record(s) of {over.size} bytes together to topic {over.topic} "
+            f"(with keys, headers and framing); one batch of it takes {over.limit} (its "
+            "max.message.bytes, or the producer's message.max.bytes, less framing)"
+        )
+    else:
+        name, size = (
+            ("snapshot", len(snapshot))
+            if len(snapshot) > limit
+            else ("transition", len(transition))
+        )
+        what = f"a {name} of {size} bytes; the limit is {limit} (max state bytes)"
     kept = "nothing changes" if current is None else f"it stays at revision {current.revision}"
     return Rejection.trusted(
         dict(
             schema_version=1,
             code=RejectionCode.STATE_TOO_LARGE,
-            detail=f"committing '{t.event}' would write a {what} of {size} bytes; the limit "
-            f"is {limit} (max state bytes); {kept}. Record less (large step results, "
-            "payloads or facts belong in your own storage, referenced by key)",
+            detail=f"committing '{t.event}' would write {what}; {kept}. Record less (large "
+            "step results, payloads or facts belong in your own storage, referenced by key)",
             run_id=t.run_id,
             proposal_id=t.proposal_id,
             event=t.event,

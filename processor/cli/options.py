@@ -106,7 +106,8 @@ max_state_bytes_option = option(
     type=click.IntRange(min=4096),
     default=DEFAULT_MAX_STATE_BYTES,
     help="The largest snapshot or transition (JSON bytes) a commit may write; a proposal "
-    "that would write more is refused state_too_large and the run stays as it was. The "
+    "that would write more, or whose records to one topic would not fit one batch of it "
+    "(its max.message.bytes), is refused state_too_large and the run stays as it was. The "
     "changelog and transitions topics must take records this large (workers check at "
     "start). verify: the limit the workers ran with.",
 )

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
@@ -28,8 +29,10 @@ from processor.cli.options import (
 )
 from processor.cli.topics import topic_settings
 from processor.keyring import KeyringError, load_keyring
+from processor.outputs import CommitLimits
 from processor.readback import read_partitions
 from processor.rebuild import RebuildError, StoresExist, partition_count, rebuild_stores
+from processor.runtime.preflight import learn_limits
 from processor.runtime.statedir import StateDirBusy
 from processor.topics import TopicDefaults, TopicSettingError
 
@@ -169,6 +172,14 @@ def verify(
         partitions = partition_count(settings, topics.proposals)
     except RebuildError as exc:
         raise click.ClickException(str(exc)) from exc
+    # The topics' limits as they are: a commit the workers refused because one batch of a
+    # topic could not hold its records is refused here too.
+    try:
+        limits = learn_limits(AdminClient(settings.client()), settings, topics)
+    except KafkaException as exc:
+        raise click.ClickException(
+            f"cannot read the topics' max.message.bytes ({exc}); run `runstate topics create`"
+        ) from exc
     with console.status("Reading the proposals and transitions topics"):
         proposals = read_partitions(settings, topics.proposals)
         transitions = read_partitions(settings, topics.transitions)
@@ -187,6 +198,7 @@ def verify(
                 partitions=partitions,
                 max_bytes=max_proposal_bytes,
                 max_state_bytes=max_state_bytes,
+                commit_limits=CommitLimits(topics, limits),
             )
             checked += len(transitions.get(p, []))
             progress.advance(task)

@@ -7,6 +7,7 @@ from confluent_kafka.admin import AdminClient
 from processor import identity
 from processor.config import WorkerConfig
 from processor.errors import WorkerError
+from processor.runtime.preflight import learn_limits
 
 
 def datadir_of(config: WorkerConfig) -> Path:
@@ -38,7 +39,10 @@ def run_faust_worker(
     found = identity.current(AdminClient(config.kafka.client()), config.topics, partitions)
     kept = [p for p in datadir.glob("*") if p.name != identity.FILE] if datadir.exists() else []
     identity.reconcile(datadir, found, kept)
-    app = build_app(config, partitions, http_port, advertised_url)
+    # What each topic takes, as the native worker learns it: the same commits refused
+    # state_too_large, the same outputs cut to fit.
+    limits = learn_limits(AdminClient(config.kafka.client()), config.kafka, config.topics)
+    app = build_app(config, partitions, http_port, advertised_url, limits)
     # override_logging=False: Faust would replace the root logger's handlers with its own
     # (colour, its format), and --log-format json would be lost.
     worker = faust.Worker(

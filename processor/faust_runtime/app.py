@@ -52,7 +52,10 @@ from processor.keyring import KeyringWatch
 from processor.logs import log_outcomes, logged
 from processor.metrics import MetricsBatch
 from processor.outputs import (
+    UNLIMITED,
+    CommitLimits,
     OutputRecord,
+    RecordLimits,
     Source,
     answer_changelog_key,
     answers_changelog_prefix,
@@ -68,9 +71,13 @@ from processor.pipeline import (
 )
 from processor.punctuator import Punctuator, timer_key
 from processor.read_fence import ReadFence
+from processor.runtime.preflight import batch_size
 from schemas.messages import Rejection, RunSnapshot
 
 log = logging.getLogger("runstate.faust")
+
+#: aiokafka's default batch size (Faust's `producer_max_batch_size`).
+FAUST_BATCH_SIZE = 16_384
 
 
 @dataclass
@@ -99,9 +106,15 @@ class App(faust.App):
 
 
 def build_app(
-    config: WorkerConfig, partitions: int, http_port: int, advertised_url: str | None = None
+    config: WorkerConfig,
+    partitions: int,
+    http_port: int,
+    advertised_url: str | None = None,
+    limits: RecordLimits = UNLIMITED,
 ) -> faust.App:
+    """`limits`: what each topic takes (`preflight.learn_limits`)."""
     topics = config.topics
+    commit_limits = CommitLimits(topics, limits)
     datadir = datadir_of(config)
     datadir.mkdir(parents=True, exist_ok=True)
     kafka: dict[str, Any] = {
@@ -110,6 +123,8 @@ def build_app(
         "broker_heartbeat_interval": 2.0,
         # The user's -X settings, as Faust's (every one has an equivalent or is refused).
         **faust_kafka_settings(config.kafka.client_config),
+        # No batch larger than a topic written takes (the broker refuses it whole).
+        "producer_max_batch_size": batch_size(config.kafka, limits, FAUST_BATCH_SIZE),
     }
     if advertised_url:  # in the group's description, where other workers find this one
         kafka["broker_client_id"] = client_id(advertised_url)
@@ -343,6 +358,7 @@ def build_app(
                         max_bytes=config.max_proposal_bytes,
                         max_state_bytes=config.max_state_bytes,
                         timestamp_type=TimestampType.of_kafka(message.timestamp_type),
+                        commit_limits=commit_limits,
                     )
                     metrics.decision.observe(time.perf_counter() - began)
             except Exception as exc:  # a bug must not stall the partition
@@ -353,7 +369,7 @@ def build_app(
                 message.topic, partition, message.offset, message.key, message.value, at_ms
             )
             try:
-                records = outcome_records(topics, outcome, source)
+                records = outcome_records(topics, outcome, source, limits)
             except Exception as exc:  # a bug must not stall the partition
                 log.exception("encoding %s@%s failed", message.partition, message.offset)
                 outcome = DeadLetterReason(f"internal error while encoding its outcome: {exc!r}")

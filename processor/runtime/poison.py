@@ -2,8 +2,9 @@
 
 Outputs are bounded to what each topic takes (see `outputs`), but a topic's limit can be
 lowered under a running worker, and brokers refuse records for reasons of their own.
-Such a refusal aborts the whole transaction; the batch is decided again and would be
-refused again, forever, stalling every partition of the worker. So:
+Such a refusal aborts the whole transaction. The worker then reads the topics' limits
+again, and when they changed decides the batch again within them; a refusal they do not
+explain would be repeated, forever, stalling every partition of the worker. So:
 
 1. a batch aborted `attempts` times for a refused record, starting at the same offsets,
    puts its partitions in *isolation* up to where the batch reached: each of those

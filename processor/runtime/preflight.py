@@ -1,13 +1,15 @@
 """Before a native worker joins its group: do the topics fit it? Learns how many
-partitions the proposals topic has and how large a record each output topic takes, and
-refuses (WorkerError) topics that would make it fail later, mid-stream."""
+partitions the proposals topic has and how large a record, and a batch of records, each
+output topic takes, and refuses (WorkerError) topics that would make it fail later,
+mid-stream. `learn_limits` is what either runtime reads again when the broker refuses a
+record for its size."""
 
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from processor.config import WorkerConfig
+from processor.config import KafkaSettings, WorkerConfig
 from processor.errors import WorkerError
 from processor.outputs import (
     DEFAULT_MESSAGE_MAX_BYTES,
@@ -15,7 +17,7 @@ from processor.outputs import (
     RECORD_OVERHEAD,
     RecordLimits,
 )
-from processor.topics import describe_topics, max_message_bytes, plan_topics
+from processor.topics import TopicNames, describe_topics, max_message_bytes, plan_topics
 from schemas.identifiers import MAX_RUN_ID_BYTES
 
 
@@ -51,13 +53,7 @@ def check_topics(config: WorkerConfig) -> Topics:
             + "; ".join(str(d) for d in drift)
             + ". Fix with `runstate topics create` (or recreate the topics)."
         )
-    producer_max = int(
-        config.kafka.client_config.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES)
-    )
-    outputs = [topics.transitions, topics.rejections, topics.dlq, topics.changelog]
-    limits = RecordLimits.learn(
-        max_message_bytes(admin, [*outputs, topics.alerts, topics.proposals]), producer_max
-    )
+    limits = learn_limits(admin, config.kafka, topics)
     # A commit writes a snapshot and a transition of up to max_state_bytes, keyed by
     # the run id: the topics must take them, or the broker would refuse a commit.
     needed = config.max_state_bytes + MAX_RUN_ID_BYTES + len(FIRED_CHANGELOG_PREFIX)
@@ -71,3 +67,28 @@ def check_topics(config: WorkerConfig) -> Topics:
                 f"key): raise max.message.bytes on {topic} or lower --max-state-bytes"
             )
     return Topics(partitions, limits)
+
+
+def learn_limits(
+    admin: AdminClient, kafka: KafkaSettings, topics: TopicNames, timeout: float = 30.0
+) -> RecordLimits:
+    """What each topic a worker writes takes (its `max.message.bytes`, and the producer's
+    `message.max.bytes`): a record, and a batch of records. KafkaException when the
+    configs cannot be read."""
+    producer_max = int(kafka.client_config.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES))
+    written = [
+        topics.transitions,
+        topics.rejections,
+        topics.dlq,
+        topics.changelog,
+        topics.alerts,
+        topics.heartbeats,
+        topics.proposals,  # deadlines that fell due
+    ]
+    return RecordLimits.learn(max_message_bytes(admin, written, timeout), producer_max)
+
+
+def batch_size(kafka: KafkaSettings, limits: RecordLimits, default: int) -> int:
+    """The producer's `batch.size`: the one configured (`-X batch.size`; else the client's
+    `default`), or less when a topic it writes takes smaller batches."""
+    return limits.batch_size(int(kafka.client_config.get("batch.size", default)))

@@ -87,11 +87,22 @@ class TransactionalProducer:
     """A transactional producer and what its open transaction delivered."""
 
     def __init__(
-        self, settings: KafkaSettings, transactional_id: str, transaction_timeout_ms: int
+        self,
+        settings: KafkaSettings,
+        transactional_id: str,
+        transaction_timeout_ms: int,
+        batch_size: int | None = None,
     ) -> None:
+        # `batch_size`: at most what one batch of the topics written takes (the broker
+        # refuses a larger batch whole); None: the client's.
+        batching = {} if batch_size is None else {"batch.size": batch_size}
         self.client = Producer(
             settings.client(
-                {"transactional.id": transactional_id, "on_delivery": self._on_delivery},
+                {
+                    "transactional.id": transactional_id,
+                    "on_delivery": self._on_delivery,
+                    **batching,
+                },
                 defaults={
                     # A dead worker's open transaction holds back read_committed
                     # consumers until it times out: keep that short (as Kafka Streams).

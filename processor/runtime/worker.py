@@ -45,7 +45,9 @@ from processor.intake import TimestampType, Verified
 from processor.keyring import KeyringWatch
 from processor.metrics import WorkerMetrics
 from processor.outputs import (
+    DEFAULT_BATCH_SIZE,
     UNLIMITED,
+    CommitLimits,
     RecordLimits,
     Source,
     dead_letter_record,
@@ -65,7 +67,7 @@ from processor.read_fence import ReadFence
 from processor.runtime.checkpoint import Checkpoint
 from processor.runtime.heap import IdleTrim
 from processor.runtime.poison import Quarantine, is_record_error
-from processor.runtime.preflight import check_topics
+from processor.runtime.preflight import batch_size, check_topics, learn_limits
 from processor.runtime.producer import TransactionalProducer
 from processor.runtime.restore import RestoreJob
 from processor.runtime.snapshot_cache import SNAPSHOTS
@@ -98,6 +100,9 @@ COMMITTING_WAIT_S = 0.002
 CONSUME_QUEUE_KBYTES = 8 * 1024
 # For the DLQ record of a record whose outcome the broker refused: a few KB of its bytes.
 SMALL = RecordLimits(default=8 * 1024)
+# How long reading the topics' limits again, after the broker refused a record for its
+# size, may take (seconds); the loop waits for it.
+RELEARN_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,8 +142,10 @@ class Worker:
         self._stop = threading.Event()
         # Records whose outcome the broker keeps refusing (poison.py).
         self.quarantine = Quarantine()
-        # What each output topic takes (learned at start).
+        # What each output topic takes (learned at start, and again when the broker
+        # refuses a record for its size), and so what one commit may write.
         self.limits: RecordLimits = UNLIMITED
+        self.commit_limits = CommitLimits(config.topics, UNLIMITED)
         self._lag: dict[int, int] = {}
         self._last_lag = 0.0
         self.metrics = WorkerMetrics(
@@ -183,6 +190,7 @@ class Worker:
     def start(self) -> None:
         topics = check_topics(self.config)
         self.partitions, self.limits = topics.partitions, topics.limits
+        self.commit_limits = CommitLimits(self.topics, self.limits)
         settings = self.config.kafka
         # Stores restored from other topics (deleted and created again) are discarded;
         # a changed partition count stops the worker (see identity.py).
@@ -238,6 +246,7 @@ class Worker:
             self.config.kafka,
             f"{self.config.group_id}-{self.worker_id}",
             self.config.transaction_timeout_ms,
+            batch_size(self.config.kafka, self.limits, DEFAULT_BATCH_SIZE),
         )
         producer.init()
         return producer
@@ -514,6 +523,7 @@ class Worker:
                 lookup=store.snapshot,
                 seen=store.seen,
                 max_state_bytes=self.config.max_state_bytes,
+                commit_limits=self.commit_limits,
             )
         except Exception as exc:  # a bug must not turn one record into a stalled partition
             log.exception(
@@ -613,12 +623,48 @@ class Worker:
                 except KafkaException as exc:  # its transaction is the one to abort
                     log.debug("the commit in flight did not go through: %s", exc)
                     failed = committing
-        if is_record_error(error):
+        # A record refused for its size under limits learned since: the batch is decided
+        # again within them (a commit over them refused state_too_large, a rejection or
+        # DLQ record cut to fit). Otherwise the refusal counts towards isolation.
+        relearned = is_record_error(error) and self._relearn_limits()
+        if is_record_error(error) and not relearned:
             self.quarantine.refused(failed.ranges(), why)
         failed.abort()
+        if relearned:
+            self._swap_producer()  # between transactions; its batch.size from the limits
         self._unfence()
         self._rewind(self.stores.owned())
         self.stats.aborts += 1
+
+    def _relearn_limits(self) -> bool:
+        """Read the topics' limits again (a topic's max.message.bytes lowered under the
+        running worker); True when they changed, and the worker now keeps to them."""
+        try:
+            limits = learn_limits(
+                AdminClient(self.config.kafka.client()),
+                self.config.kafka,
+                self.topics,
+                RELEARN_TIMEOUT_S,
+            )
+        except KafkaException as exc:
+            log.warning("the topics' limits could not be read again: %s", exc)
+            return False
+        if limits == self.limits:
+            return False
+        changed = sorted(
+            topic
+            for topic in {*limits.batches, *self.limits.batches}
+            if limits.batch(topic) != self.limits.batch(topic)
+        )
+        log.warning(
+            "topics %s take other batches than the worker knew (now, bytes of records: %s); "
+            "deciding again within them",
+            ", ".join(changed),
+            ", ".join(f"{topic} {limits.batch(topic)}" for topic in changed),
+        )
+        self.limits = limits
+        self.commit_limits = CommitLimits(self.topics, limits)
+        return True
 
     def _replace_producer(self, why: ClientBroken) -> None:
         """Go on with a new producer of the same transactional id after a call of the
@@ -661,11 +707,16 @@ class Worker:
         if self.committing is not None or checkpoint is None or checkpoint.open:
             return  # at the next turn without a transaction
         self._stale_coordinator = False
+        self._swap_producer()
+        log.info("the group's coordinator moved: a new producer, with no stale coordinator")
+
+    def _swap_producer(self) -> None:
+        """A new producer, with the worker's settings as they are, while no transaction is
+        open; the old one, holding none, is closed in a thread of its own (it may block)."""
         assert self.producer is not None
         old, self.producer = self.producer, self._new_producer()
         self.checkpoint = self._new_checkpoint()
         threading.Thread(target=old.close, name="runstate-old-producer", daemon=True).start()
-        log.info("the group's coordinator moved: a new producer, with no stale coordinator")
 
     def _rewind(self, partitions: list[int]) -> None:
         """Seek `partitions` back to their committed offsets (what an aborted transaction

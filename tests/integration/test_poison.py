@@ -10,7 +10,8 @@ Classes (test_poison_records_are_set_aside_and_the_partition_goes_on):
   d. a signed create whose run_id spells the store's fired-marks prefix (control chars)
   e. a key that differs from the run_id only in invalid UTF-8 (no run created)
   f. the broker refusing an outcome (rejections topic's max.message.bytes lowered under
-     the running worker): isolated, the record's outcome goes to the DLQ
+     the running worker): the worker reads the limits again and publishes the rejection
+     cut to fit them (step_result left out), never the DLQ
 """
 
 import base64
@@ -456,16 +457,13 @@ def test_poison_records_are_set_aside_and_the_partition_goes_on(
         offset = raw.send(p, big.encode(), value, _signed(env, big.encode(), value))
         # its duplicate_step rejection echoes the stored result: ~20 KB, over the limit
         served += _follow_ups(client, worker, p, "f: broker refuses the outcome")
-        _, letter, _ = _dead_letter_at(env, p, offset)
-        assert "MSG_SIZE_TOO_LARGE" in letter.error and "refused" in letter.error, (
-            f"[f] DLQ error does not name the broker's refusal: {letter.error}"
-        )
-        kept = base64.b64decode(letter.value_base64 or "")
-        assert value.startswith(kept) and letter.value_length == len(value), "[f] DLQ value"
-        assert letter.value_sha256 == hashlib.sha256(value).hexdigest(), "[f] value_sha256"
-        assert letter.truncated == (len(kept) < len(value)), "[f] truncated"
-        assert not _rejections(env, "poison-f"), "[f] the refused rejection was published"
-        assert "transaction aborted" in _full_log(worker), "[f] no abort logged"
+        outcome = _outcome_of(env, p, offset, "poison-f")
+        assert isinstance(outcome, Rejection), f"[f] {outcome}"
+        assert outcome.code is RejectionCode.DUPLICATE_STEP, f"[f] {outcome}"
+        assert outcome.step_result is None and "left out" in outcome.detail, f"[f] {outcome}"
+        log_text = _full_log(worker)
+        assert "MSG_SIZE_TOO_LARGE" in log_text and "transaction aborted" in log_text, "[f]"
+        assert "deciding again within them" in log_text, "[f] the limits were not read again"
         snapshot = worker.snapshot(big)
         assert snapshot is not None and snapshot.revision == before.revision, "[f] run moved"
         done = _committed(client, big, "complete")
