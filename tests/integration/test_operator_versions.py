@@ -28,6 +28,7 @@ V2_TEXT = V1_TEXT.replace(
     "approval_granted: {authorities: [tool_executor]}",
 ).replace("name: ops_task", "name: ops_task\nlabel: tools approve")
 V3_TEXT = V2_TEXT.replace("label: tools approve", "label: unsigned")
+V4_TEXT = V1_TEXT.replace("name: ops_task", "name: ops_task\nlabel: the operator's")
 
 
 @pytest.fixture(params=["native", "faust"])
@@ -149,3 +150,18 @@ def test_a_version_no_operator_signed_takes_no_effect(env: Env, runtime: str) ->
     assert len(flagged) == 2 and len(found) == 2, found
     text = " ".join(f["detail"] for f in flagged)
     assert f"ops_task@{forged}" in text and f"ops_task@{unsigned}" in text
+
+    # `machines publish` signs with an operator's key only, and what it signs is taken
+    ring = ("--keyring-file", str(env.keyring_path), "--machine-path", str(folder))
+    refused = runstate(env, "machines", "publish", *ring, "--key-id", "runtime")
+    assert refused.returncode == 1 and "not an operator's key" in refused.stderr, refused.stderr
+    (folder / "ops_task.yaml").write_text(V4_TEXT)
+    signed = runstate(env, "machines", "publish", *ring)
+    assert signed.returncode == 0, signed.stderr
+    v4 = parse_machine(V4_TEXT).version
+    assert json.loads(signed.stdout)["published"] == [f"ops_task@{v4}"]
+    (folder / "ops_task.yaml").write_text(V1_TEXT)  # the auditor holds only v1's file
+    again = runstate(env, "verify", "--json", *ring)
+    assert [f["detail"] for f in json.loads(again.stdout)["differences"]] == [
+        f["detail"] for f in flagged
+    ]
