@@ -150,7 +150,8 @@ def replay(
     env="VERIFY_JSON",
     is_flag=True,
     help='Print one JSON object for scripts: {"transitions": n, "differences": '
-    '[{"partition", "offset", "detail"}]} (exit 1 when there are differences).',
+    '[{"partition", "offset", "detail", "topic"}]} (topic: transitions, or machines for '
+    "a machine version that takes no effect; exit 1 when there are differences).",
 )
 def verify(
     kafka: KafkaContext,
