@@ -6,6 +6,7 @@ record by record. Independently, every transition's hash is recomputed and every
 run's chain of `prev_hash` links checked. Any difference is reported with its offset.
 """
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -13,9 +14,16 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from processor.engine import Commit, Forget, Machine
-from processor.engine.lint import FORGET_EVENT
+from processor.engine.lint import FORGET_EVENT, MIGRATE_EVENT
 from processor.engine.machine import with_current
-from processor.intake import DEFAULT_MAX_PROPOSAL_BYTES, Headers, TimestampType
+from processor.intake import (
+    DEFAULT_MAX_PROPOSAL_BYTES,
+    Headers,
+    TimestampType,
+    Unproven,
+    authenticate,
+    header_value,
+)
 from processor.keyring import Keyring
 from processor.outputs import CommitLimits
 from processor.pipeline import (
@@ -26,6 +34,7 @@ from processor.pipeline import (
     RunsInMemory,
     decide_record,
 )
+from processor.signatures import HEADER_KEY_ID
 from schemas.audit import transition_hash
 from schemas.messages import Transition
 
@@ -50,10 +59,11 @@ class Finding:
     partition: int
     offset: int | None
     detail: str
+    topic: str = "transitions"  # or "machines": a machine version that takes no effect
 
     def __str__(self) -> str:
         where = f"offset {self.offset}" if self.offset is not None else "end of partition"
-        return f"transitions partition {self.partition}, {where}: {self.detail}"
+        return f"{self.topic} partition {self.partition}, {where}: {self.detail}"
 
 
 def _differences(expected: Transition, found: Transition) -> str:
@@ -209,3 +219,66 @@ def verify_runs_across_partitions(transitions: Mapping[int, Sequence[Record]]) -
                     )
                 )
     return findings
+
+
+def verify_migrations(
+    partition: int,
+    proposals: Sequence[Record],
+    transitions: Sequence[Record],
+    *,
+    topic: str,
+    keyring: Keyring,
+) -> list[Finding]:
+    """Every committed `migrate` must come from an operator's key: the key that signed
+    its proposal (found by proposal id in the same partition) is named otherwise."""
+    migrations: list[tuple[Record, Transition]] = []
+    for record in transitions:
+        if record.value is not None and b'"migrate"' in record.value:
+            try:
+                found = Transition.model_validate_json(record.value)
+            except ValidationError:
+                continue  # reported by verify_partition
+            if found.event == MIGRATE_EVENT:
+                migrations.append((record, found))
+    if not migrations:
+        return []
+    wanted = {t.proposal_id for _, t in migrations}
+    signed: dict[str, Record] = {}
+    for record in proposals:
+        if record.value is None or b'"migrate"' not in record.value:
+            continue
+        try:
+            proposal_id = json.loads(record.value).get("proposal_id")
+        except (ValueError, AttributeError):
+            continue
+        if proposal_id in wanted:
+            signed.setdefault(proposal_id, record)
+    findings = []
+    for record, transition in migrations:
+        why = _not_an_operators_migration(signed.get(transition.proposal_id), topic, keyring)
+        if why is not None:
+            findings.append(
+                Finding(
+                    partition,
+                    record.offset,
+                    f"{transition.transition_id} migrates run '{transition.run_id}' to "
+                    f"version {transition.machine_version} by {transition.principal.authority} "
+                    f"({transition.principal.source}): {why}; only an operator's key migrates",
+                )
+            )
+    return findings
+
+
+def _not_an_operators_migration(record: Record | None, topic: str, keyring: Keyring) -> str | None:
+    if record is None:
+        return "no proposal of this partition proposed it"
+    credential = authenticate(
+        topic, record.key, record.value or b"", record.headers, keyring, record.timestamp_ms
+    )
+    if isinstance(credential, Unproven):
+        return f"its proposal (offset {record.offset}) proves no key: {credential.why}"
+    if credential.scope is None or not credential.scope.operator:
+        raw = header_value(record.headers, HEADER_KEY_ID)
+        key_id = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+        return f"its proposal (offset {record.offset}) is signed by key '{key_id}', no operator's"
+    return None

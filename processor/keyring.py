@@ -117,6 +117,11 @@ class KeyEntry(BaseModel):
     run_prefixes: tuple[str, ...] | None = Field(
         default=None, description="Only runs whose id starts with one of these (None: any)."
     )
+    operator: bool | None = Field(
+        default=None,
+        description="true: an operator's key, which signs machine versions and migrates "
+        "runs (None, false: not).",
+    )
 
     @model_validator(mode="after")
     def _one_verifier(self) -> Self:
@@ -135,10 +140,12 @@ class KeyEntry(BaseModel):
         return _principal(self.source, self.authority)
 
     def scope(self, key_id: str) -> Scope | None:
-        if self.machines is None and self.run_prefixes is None:
+        """None for a key without limits that is no operator's (the engine reads None
+        as: any run, no operator authority)."""
+        if self.machines is None and self.run_prefixes is None and not self.operator:
             return None
         machines = None if self.machines is None else frozenset(self.machines)
-        return Scope(key_id, machines, self.run_prefixes)
+        return Scope(key_id, machines, self.run_prefixes, self.operator is True)
 
     def refuses_at(self, key_id: str, at_ms: int) -> str | None:
         """Why this key proves nothing for a record appended at `at_ms`, or None."""
@@ -310,6 +317,10 @@ STANDARD_PRINCIPALS = {
     "model": ("model:planner", "model"),
     "approver": ("approver:oncall", "approver"),
 }
+#: The operator's key of a generated keyring: authority runtime (a machine's default
+#: `migrate_authorities`) and operator authority (it signs machine versions).
+OPERATOR_KEY_ID = "operator"
+OPERATOR_PRINCIPAL = ("operator", "runtime")
 
 
 def new_key(
@@ -331,12 +342,13 @@ def new_key(
 
 
 def generate_keys(algorithm: Algorithm) -> tuple[Keyring, dict[str, SigningKey]]:
-    """A fresh keyring with one key per standard principal (key id = its name), and
-    each key's signing half."""
+    """A fresh keyring with one key per standard principal (key id = its name) and an
+    operator key (`OPERATOR_KEY_ID`), and each key's signing half."""
     made = {
         key_id: new_key(key_id, algorithm, source, authority)
         for key_id, (source, authority) in STANDARD_PRINCIPALS.items()
     }
+    made[OPERATOR_KEY_ID] = new_key(OPERATOR_KEY_ID, algorithm, *OPERATOR_PRINCIPAL, operator=True)
     keyring = Keyring(keys={key_id: entry for key_id, (entry, _) in made.items()})
     return keyring, {key_id: signing for key_id, (_, signing) in made.items()}
 

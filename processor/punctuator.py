@@ -95,7 +95,12 @@ def timer_key(keyring: Keyring, key_id: str | None, key_file: Path | None) -> Si
     candidates = (
         [key_id]
         if key_id is not None
-        else [k for k, e in sorted(keyring.keys.items()) if e.authority == TIMER_AUTHORITY]
+        # Never an operator's key: deadlines need the runtime's authority, not theirs.
+        else [
+            k
+            for k, e in sorted(keyring.keys.items())
+            if e.authority == TIMER_AUTHORITY and not e.operator
+        ]
     )
     for name in candidates:
         entry = keyring.keys.get(name)

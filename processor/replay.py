@@ -11,7 +11,13 @@ from dataclasses import dataclass, field
 
 from processor.engine import Commit, Forget, Machine, alive_at, decide
 from processor.engine.machine import machine_for, with_current
+from processor.engine.scope import Scope
 from schemas.messages import Heartbeat, Proposal, Rejection, RunSnapshot, Transition
+
+#: The scope a transition is decided again with: its key was checked when it was
+#: committed (and `verify` checks it against the proposal's signature), so none of the
+#: key's limits is checked again, and a committed `migrate` stands.
+AS_COMMITTED = Scope("(as committed)", operator=True)
 
 
 @dataclass
@@ -94,7 +100,12 @@ def apply_transitions(
             else machines
         )
         decision = decide(
-            deciding, current, proposal_of(transition), transition.principal, transition.at_ms
+            deciding,
+            current,
+            proposal_of(transition),
+            transition.principal,
+            transition.at_ms,
+            scope=AS_COMMITTED,
         )
         if isinstance(decision, Forget) and decision.transition == transition:
             del result.snapshots[transition.run_id]  # forgotten (machine retention)

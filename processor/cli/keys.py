@@ -57,7 +57,9 @@ def keys() -> None:
     An ed25519 key's keyring entry is its public key: whoever holds the keyring can
     verify but not sign. An hmac-sha256 key's secret is in the keyring and in the
     producer's hands alike. Keys are never removed: a revoked or expired key stays, so
-    the commits it signed stay verifiable.
+    the commits it signed stay verifiable. An operator's key ("operator": true) signs
+    machine versions and migrates runs: make it ed25519, so that whoever holds the
+    keyring (every worker) cannot sign as the operator.
     """
 
 
@@ -74,7 +76,8 @@ def keys() -> None:
 @click.option("--force", is_flag=True, help="Overwrite an existing keyring.")
 def generate(out: Path, algorithm: str, private_dir: Path | None, force: bool) -> None:
     """Write a new keyring to OUT with one key per standard principal: runtime, tool
-    (tool_executor), model, approver; and each key's signing key for its producer."""
+    (tool_executor), model, approver; an operator's key, operator (authority runtime;
+    it signs machine versions and migrates runs); and each key's signing key."""
     if out.exists() and not force:
         raise click.ClickException(f"{out} exists; use --force to replace it")
     keyring, signing = generate_keys(Algorithm(algorithm))
@@ -104,6 +107,12 @@ def generate(out: Path, algorithm: str, private_dir: Path | None, force: bool) -
     help="Limit the key to runs whose id starts with this (repeatable; default: any run).",
 )
 @click.option(
+    "--operator",
+    is_flag=True,
+    help="An operator's key: it signs machine versions (`runstate machines publish`) "
+    "and migrates runs to another version (with a machine's migrate_authorities).",
+)
+@click.option(
     "--valid-until-ms", type=int, default=None, help="Expiry (ms since the epoch; default: none)."
 )
 @click.option(
@@ -121,6 +130,7 @@ def add(
     algorithm: str,
     machines: tuple[str, ...],
     run_prefixes: tuple[str, ...],
+    operator: bool,
     valid_until_ms: int | None,
     private_key_out: Path | None,
     effective_in_ms: int,
@@ -140,6 +150,7 @@ def add(
             not_after_ms=valid_until_ms,
             machines=machines or None,
             run_prefixes=run_prefixes or None,
+            operator=operator or None,
         )
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
@@ -198,6 +209,7 @@ def rotate(
         not_after_ms=old.not_after_ms,
         machines=old.machines,
         run_prefixes=old.run_prefixes,
+        operator=old.operator,
     )
     if old.not_after_ms is None or old.not_after_ms > ends:
         old = old.model_copy(update={"not_after_ms": ends})

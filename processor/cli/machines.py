@@ -1,6 +1,7 @@
 """`runstate machines`: list, show, lint and diff machine definitions."""
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -8,14 +9,28 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from processor.cli.options import KafkaContext, machine_path_option, option, pass_kafka
-from processor.engine.machine import Catalog, Machine
+from processor.cli.options import (
+    KafkaContext,
+    keyring_file_option,
+    machine_path_option,
+    option,
+    pass_kafka,
+)
+from processor.engine.machine import Catalog
 from processor.engine.parse import MachineFileError, lint_machine_text
 from processor.engine.render import mermaid, table_rows
 from processor.errors import WorkerError
+from processor.keyring import OPERATOR_KEY_ID, Keyring, KeyringError, load_keyring
 from processor.machine_diff import diff
 from processor.machines import builtin_machines, load_catalog, load_machine_file
-from processor.versions import deployed_catalog, published, version_key
+from processor.versions import (
+    RefusedVersion,
+    held_versions,
+    load_operator_key,
+    publish,
+    published,
+    trusted_catalog,
+)
 from schemas.machine import MachineSpec
 
 
@@ -24,7 +39,7 @@ def machines() -> None:
     """Machine definitions: the built-in machines and your own files."""
 
 
-def catalog(paths: tuple[Path, ...]) -> dict[str, Machine]:
+def catalog(paths: tuple[Path, ...]) -> Catalog:
     """The built-in machines and those in `paths` (--machine-path); a click error
     naming every problem of a file that does not load."""
     try:
@@ -33,36 +48,99 @@ def catalog(paths: tuple[Path, ...]) -> dict[str, Machine]:
         raise click.ClickException(f"cannot load machines:\n{exc}") from exc
 
 
-def catalog_with_versions(paths: tuple[Path, ...], kafka: KafkaContext) -> Catalog:
-    """`catalog(paths)` plus every version published on the machines topic: what
-    replay, verify and point-in-time reads decide each run by (its pinned version)."""
+def optional_keyring(keyring_file: Path | None) -> Keyring | None:
+    """The keyring given (--keyring-file or RUNSTATE_KEYRING), or None."""
+    if keyring_file is None and not os.environ.get("RUNSTATE_KEYRING"):
+        return None
     try:
-        return deployed_catalog(paths, kafka.settings, kafka.topics.machines, publish_local=False)
+        return load_keyring(keyring_file, os.environ.get("RUNSTATE_KEYRING"))
+    except KeyringError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def versions_and_refusals(
+    paths: tuple[Path, ...], kafka: KafkaContext, keyring: Keyring | None
+) -> tuple[Catalog, list[RefusedVersion]]:
+    """`catalog(paths)` plus every version on the machines topic that takes effect (an
+    operator signed it, checked with `keyring`; without one, only the versions held
+    here): what replay, verify and point-in-time reads decide each run by (its pinned
+    version); and the records refused."""
+    try:
+        machines, found = trusted_catalog(paths, kafka.settings, kafka.topics.machines, keyring)
     except MachineFileError as exc:
         raise click.ClickException(f"cannot load machines:\n{exc}") from exc
+    return machines, found.refused
+
+
+def catalog_with_versions(
+    paths: tuple[Path, ...], kafka: KafkaContext, keyring: Keyring | None
+) -> Catalog:
+    """`versions_and_refusals`, each refusal named on stderr."""
+    machines, refused = versions_and_refusals(paths, kafka, keyring)
+    for refusal in refused:
+        click.echo(f"machine version refused, not used: {refusal}", err=True)
+    return machines
 
 
 @machines.command("publish")
 @machine_path_option
 @pass_kafka
-def publish_machines(machine_paths: tuple[Path, ...], kafka: KafkaContext) -> None:
-    """Publish the built-in machines and your files (--machine-path) as versions on the
-    machines topic, so every worker and auditor holds them (a worker also publishes its
-    own when it starts). Prints the <name>@<version> published, as JSON."""
+@keyring_file_option
+@option(
+    "--key-id",
+    env="KEY_ID",
+    default=OPERATOR_KEY_ID,
+    show_default=True,
+    help="The operator's HMAC key of the keyring that signs; --signing-key-file instead "
+    "for an ed25519 key.",
+)
+@option(
+    "--signing-key-file",
+    env="SIGNING_KEY_FILE",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="An operator's signing key (`runstate keys add KEY_ID --operator` writes one). "
+    "Used instead of --key-id.",
+)
+def publish_machines(
+    machine_paths: tuple[Path, ...],
+    kafka: KafkaContext,
+    keyring_file: Path | None,
+    key_id: str,
+    signing_key_file: Path | None,
+) -> None:
+    """Sign with an operator's key and publish the built-in machines and your files
+    (--machine-path) as versions on the machines topic, so every worker and auditor
+    holds them (a worker given an operator's key publishes its own when it starts).
+    Workers use only versions an operator signed. Needs the keyring (--keyring-file or
+    RUNSTATE_KEYRING). Prints the <name>@<version> published, as JSON."""
     local = catalog(machine_paths)
+    keyring = optional_keyring(keyring_file)
+    if keyring is None:
+        raise click.ClickException(
+            "no keyring: give --keyring-file (RUNSTATE_KEYRING_FILE) or RUNSTATE_KEYRING, "
+            "the one the workers hold"
+        )
     try:
-        before = {version_key(m) for m in published(kafka.settings, kafka.topics.machines)}
-        fresh = [m for m in local.values() if version_key(m) not in before]
-        deployed_catalog(machine_paths, kafka.settings, kafka.topics.machines)
+        signer = load_operator_key(keyring, None if signing_key_file else key_id, signing_key_file)
+        fresh = publish(
+            kafka.settings,
+            kafka.topics.machines,
+            local.values(),
+            signer,
+            keyring,
+            held_versions(local),
+        )
     except WorkerError as exc:
         raise click.ClickException(str(exc)) from exc
-    print(json.dumps({"published": [version_key(m).decode() for m in fresh]}))
+    print(json.dumps({"published": fresh}))
 
 
 @machines.command("versions")
 @pass_kafka
 def list_versions(kafka: KafkaContext) -> None:
-    """Every machine version on the machines topic, as JSON: name, version, label."""
+    """Every machine version on the machines topic, as JSON: name, version, label; as
+    published, signed or not (workers use only those an operator signed)."""
     found = published(kafka.settings, kafka.topics.machines)
     rows = [
         {"machine": m.name, "version": m.version, "label": m.spec.label}

@@ -14,8 +14,13 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from processor.audit import Finding, verify_partition, verify_runs_across_partitions
-from processor.cli.machines import catalog_with_versions
+from processor.audit import (
+    Finding,
+    verify_migrations,
+    verify_partition,
+    verify_runs_across_partitions,
+)
+from processor.cli.machines import catalog_with_versions, optional_keyring, versions_and_refusals
 from processor.cli.options import (
     KafkaContext,
     group_id_option,
@@ -57,6 +62,7 @@ def parse_time(text: str) -> int:
 @group_id_option
 @state_dir_option
 @machine_path_option
+@keyring_file_option
 @option(
     "--from-time",
     env="REPLAY_FROM_TIME",
@@ -71,6 +77,7 @@ def replay(
     group_id: str,
     state_dir: Path,
     machine_paths: tuple[Path, ...],
+    keyring_file: Path | None,
     from_time: str | None,
     force: bool,
     topic_defaults: TopicDefaults,
@@ -84,7 +91,9 @@ def replay(
     default min(3, brokers)). Stop the worker using --state-dir first.
     """
     console = Console()
-    machines = catalog_with_versions(machine_paths, kafka)
+    # The workers' keyring checks the operators' signatures on the machines topic's
+    # versions; without one, only the versions held here decide.
+    machines = catalog_with_versions(machine_paths, kafka, optional_keyring(keyring_file))
     since = parse_time(from_time) if from_time else None
     table = Table("partition", "transitions read", "applied", "runs", "problems")
     problems = 0
@@ -144,7 +153,8 @@ def replay(
     env="VERIFY_JSON",
     is_flag=True,
     help='Print one JSON object for scripts: {"transitions": n, "differences": '
-    '[{"partition", "offset", "detail"}]} (exit 1 when there are differences).',
+    '[{"partition", "offset", "detail", "topic"}]} (topic: transitions, or machines for '
+    "a machine version that takes no effect; exit 1 when there are differences).",
 )
 def verify(
     kafka: KafkaContext,
@@ -158,7 +168,10 @@ def verify(
 
     Replays every proposal through the decision engine (with the workers' keyring and
     machines), compares the commits with the transitions topic, recomputes every hash
-    and follows every run's chain. Exit 1 and name the offset of each difference.
+    and follows every run's chain; every version on the machines topic must be signed
+    by an operator's key (or be one held here: a built-in machine, one of its earlier
+    versions, a --machine-path file), and every committed `migrate` proposed with an
+    operator's key. Exit 1 and name the offset of each difference.
     """
     console = Console(stderr=as_json)
     # The keyring first: one that does not load stops `verify` before it reads anything.
@@ -167,7 +180,7 @@ def verify(
     except KeyringError as exc:
         raise click.ClickException(str(exc)) from exc
     settings, topics = kafka.settings, kafka.topics
-    machines = catalog_with_versions(machine_paths, kafka)
+    machines, refused = versions_and_refusals(machine_paths, kafka, keyring)
     try:
         partitions = partition_count(settings, topics.proposals)
     except RebuildError as exc:
@@ -183,7 +196,7 @@ def verify(
     with console.status("Reading the proposals and transitions topics"):
         proposals = read_partitions(settings, topics.proposals)
         transitions = read_partitions(settings, topics.transitions)
-    findings: list[Finding] = []
+    findings = [Finding(r.partition, r.offset, str(r), "machines") for r in refused]
     checked = 0
     with Progress(console=console) as progress:
         task = progress.add_task("Verifying partitions", total=partitions)
@@ -199,6 +212,13 @@ def verify(
                 max_bytes=max_proposal_bytes,
                 max_state_bytes=max_state_bytes,
                 commit_limits=CommitLimits(topics, limits),
+            )
+            findings += verify_migrations(
+                p,
+                proposals.get(p, []),
+                transitions.get(p, []),
+                topic=topics.proposals,
+                keyring=keyring,
             )
             checked += len(transitions.get(p, []))
             progress.advance(task)

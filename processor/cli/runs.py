@@ -12,7 +12,7 @@ from confluent_kafka import Consumer, TopicPartition
 from rich.console import Console
 from rich.table import Table
 
-from processor.cli.machines import catalog_with_versions
+from processor.cli.machines import catalog_with_versions, optional_keyring
 from processor.cli.options import (
     KafkaContext,
     http_token_option,
@@ -210,6 +210,7 @@ def _reader(worker_urls: tuple[str, ...], http_token: str | None) -> RunReader:
 )
 @pass_kafka
 @machine_path_option
+@keyring_file_option
 def get(
     run_id: str,
     worker_urls: tuple[str, ...],
@@ -218,6 +219,7 @@ def get(
     at_offset: int | None,
     kafka: KafkaContext,
     machine_paths: tuple[Path, ...],
+    keyring_file: Path | None,
 ) -> None:
     """Print run RUN_ID's committed snapshot (JSON): now, from a worker's HTTP API, or
     as it stood at a time or offset, replayed from the transitions topic."""
@@ -228,7 +230,9 @@ def get(
             raise click.ClickException(str(exc)) from exc
     else:
         at_ms = None if at_time is None else parse_time(at_time)
-        machines = catalog_with_versions(machine_paths, kafka)
+        # The keyring checks the operators' signatures on the machines topic's versions.
+        keyring = optional_keyring(keyring_file)
+        machines = catalog_with_versions(machine_paths, kafka, keyring)
         try:
             snapshot = run_as_of(
                 kafka.settings, kafka.topics, machines, run_id, at_ms=at_ms, at_offset=at_offset

@@ -32,7 +32,7 @@ from processor.logs import FORMATS, setup_logging
 from processor.runtime.heap import tune_collector
 from processor.runtime.http import serve
 from processor.runtime.worker import Worker
-from processor.versions import deployed_catalog
+from processor.versions import deployed_catalog, load_operator_key
 
 
 class PeerUrl(click.ParamType):
@@ -162,6 +162,22 @@ class PeerUrl(click.ParamType):
     "halves are not in it.",
 )
 @option(
+    "--operator-key-file",
+    env="OPERATOR_KEY_FILE",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="An operator's signing key (`runstate keys add KEY_ID --operator` writes one): "
+    "with it the worker signs and publishes its machine files' versions at start, for "
+    "every other worker and auditor. Without one (or --operator-key-id) it publishes "
+    "nothing; `runstate machines publish` does, with an operator's key.",
+)
+@option(
+    "--operator-key-id",
+    env="OPERATOR_KEY_ID",
+    default=None,
+    help="An operator's HMAC key of the keyring, instead of --operator-key-file.",
+)
+@option(
     "--static-membership/--dynamic-membership",
     env="STATIC_MEMBERSHIP",
     default=False,
@@ -209,6 +225,8 @@ def worker(
     timer_interval_ms: int,
     timer_key_id: str | None,
     timer_key_file: Path | None,
+    operator_key_file: Path | None,
+    operator_key_id: str | None,
     static_membership: bool,
     log_level: str,
     log_format: str,
@@ -249,9 +267,15 @@ def worker(
     try:
         settings = kafka.settings
         keyring = load_keyring(keyring_file, os.environ.get("RUNSTATE_KEYRING"))
-        # The versions new runs get (these files), and every version published before
-        # for the runs pinned to them; these are published for the other workers.
-        machines = deployed_catalog(machine_paths, settings, kafka.topics.machines)
+        signer = (
+            None
+            if operator_key_file is None and operator_key_id is None
+            else load_operator_key(keyring, operator_key_id, operator_key_file)
+        )
+        # The versions new runs get (these files), and every operator-signed version
+        # published before, for the runs pinned to them; with an operator's key, these
+        # are published for the other workers.
+        machines = deployed_catalog(machine_paths, settings, kafka.topics, keyring, signer)
         config = WorkerConfig(
             kafka=settings,
             topics=kafka.topics,

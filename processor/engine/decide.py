@@ -171,7 +171,9 @@ def decide(
     answer = _answer(snapshot, proposal.proposal_id, seen)
     if answer is not None:
         return _answered_again(proposal, principal, snapshot, answer, digest, now_ms)
-    decision = _decide_event(machines, machine, snapshot, proposal, principal, now_ms, signed_at_ms)
+    decision = _decide_event(
+        machines, machine, snapshot, proposal, principal, now_ms, signed_at_ms, scope
+    )
     if isinstance(decision, Rejection) and decision.code not in _NOT_AN_ANSWER:
         return remembered(decision, digest)
     return decision
@@ -197,11 +199,12 @@ def _decide_event(
     principal: Principal,
     now_ms: int,
     signed_at_ms: int | None,
+    scope: Scope | None,
 ) -> Decision:
     """A proposal never answered before, to an existing run in the key's scope."""
     event = proposal.event
     if event == MIGRATE_EVENT:
-        return _decide_migrate(machines, machine, snapshot, proposal, principal, now_ms)
+        return _decide_migrate(machines, machine, snapshot, proposal, principal, now_ms, scope)
     if event == FORGET_EVENT:
         return _decide_forget(machine, snapshot, proposal, principal, now_ms)
     rule = machine.rules.get(event)
@@ -528,9 +531,10 @@ def _decide_migrate(
     proposal: Proposal,
     principal: Principal,
     now_ms: int,
+    scope: Scope | None,
 ) -> Decision:
     """Move the run to another version of its machine, explicitly: the only way a run
-    changes version."""
+    changes version; by the machine's `migrate_authorities` with an operator's key."""
     target_version = proposal.payload.get("version")
     if not isinstance(target_version, str) or set(proposal.payload) != {"version"}:
         return _reject(
@@ -546,6 +550,17 @@ def _decide_migrate(
             Code.UNAUTHORIZED,
             f"{principal.authority} ({principal.source}) may not migrate '{machine.name}' runs; "
             f"allowed: {', '.join(sorted(machine.spec.migrate_authorities))}",
+            proposal,
+            principal,
+            snapshot,
+            now_ms,
+        )
+    if scope is None or not scope.operator:  # None: a key without limits, no operator's
+        return _reject(
+            Code.UNAUTHORIZED,
+            f"{principal.authority} ({principal.source}) may not migrate runs with this key: "
+            "moving a run to another machine version takes an operator's key "
+            '(keyring "operator": true; `runstate keys add --operator`)',
             proposal,
             principal,
             snapshot,

@@ -1,4 +1,5 @@
-"""A credential's scope: which runs its authority reaches (machines, run id prefixes)."""
+"""A credential's scope: which runs its authority reaches (machines, run id prefixes), and
+whether it is an operator's (operators publish machine versions and migrate runs)."""
 
 from dataclasses import dataclass
 
@@ -12,12 +13,15 @@ SEPARATORS = frozenset("-_.:/@#")
 class Scope:
     """What a signing key may touch, beyond what its authority may send: runs of these
     machines only, and runs whose id starts with one of these prefixes (one team's runs).
-    None is no limit. A refusal names the key and its limit, never the run's machine,
-    state or revision: the key may not know them."""
+    None is no limit. `operator`: the keyring gives the key operator authority, which
+    alone moves a run to another machine version and signs machine versions. A refusal
+    names the key and its limit, never the run's machine, state or revision: the key
+    may not know them."""
 
     key_id: str
     machines: frozenset[str] | None = None
     run_prefixes: tuple[str, ...] | None = None
+    operator: bool = False
 
     def refuses(self, machine: str, run_id: str) -> str | None:
         """Why a run of `machine` with id `run_id` is out of this scope, or None."""

@@ -22,6 +22,21 @@ def builtin_machines() -> dict[str, Machine]:
     return machines
 
 
+@cache
+def builtin_history() -> tuple[Machine, ...]:
+    """Every earlier version of the built-in machines, shipped in `history/` as
+    `<name>@<version>.yaml`: runs pinned to one keep being decided after an upgrade,
+    from the package itself (trusted as the deployed code is, unsigned). Whoever
+    changes a built-in machine copies its new file there too."""
+    folder = resources.files(__package__).joinpath("history")
+    machines = []
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".yaml"):
+            text = entry.read_text(encoding="utf-8")
+            machines.append(parse_machine(text, f"history/{entry.name}"))
+    return tuple(machines)
+
+
 def builtin_source(name: str) -> str:
     return resources.files(__package__).joinpath(f"{name}.yaml").read_text(encoding="utf-8")
 
@@ -37,9 +52,9 @@ def load_machine_file(path: Path) -> Machine:
 
 def load_catalog(paths: Iterable[Path] = (), older: Iterable[Machine] = ()) -> Catalog:
     """Built-in machines plus the given files (or every *.yaml in a given folder): the
-    versions new runs get; `older` versions (e.g. from the machines topic) decide the
-    runs pinned to them."""
-    catalog = Catalog(builtin_machines().values(), older)
+    versions new runs get; the built-ins' earlier versions and `older` ones (e.g. from
+    the machines topic) decide the runs pinned to them."""
+    catalog = Catalog(builtin_machines().values(), (*builtin_history(), *older))
     for path in paths:
         files = sorted(path.glob("*.yaml")) if path.is_dir() else [path]
         for file in files:
@@ -56,6 +71,7 @@ def load_catalog(paths: Iterable[Path] = (), older: Iterable[Machine] = ()) -> C
 __all__ = [
     "BUILTIN_NAMES",
     "MachineFileError",
+    "builtin_history",
     "builtin_machines",
     "builtin_source",
     "load_catalog",

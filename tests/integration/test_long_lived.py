@@ -233,8 +233,18 @@ def test_a_machine_edited_between_two_deploys(env: Env, runtime: str) -> None:
     folder = env.tmp / "machines"
     folder.mkdir()
     (folder / "deploy_task.yaml").write_text(V1_TEXT)
-    first = WorkerProcess(env, env.tmp / "w1", "--machine-path", str(folder), runtime=runtime)
+    # An operator's key: the worker signs and publishes its machine files' versions.
+    first = WorkerProcess(
+        env,
+        env.tmp / "w1",
+        "--machine-path",
+        str(folder),
+        "--operator-key-id",
+        "operator",
+        runtime=runtime,
+    )
     agent, tool, approver = env.client(), env.client("tool"), env.client("approver")
+    operator = env.client("operator")
     try:
         first.wait_ready(partitions=3)
         created = {}
@@ -249,7 +259,15 @@ def test_a_machine_edited_between_two_deploys(env: Env, runtime: str) -> None:
         assert first.terminate() == 0, first.log()
 
         (folder / "deploy_task.yaml").write_text(V2_TEXT)  # the second deploy
-        second = WorkerProcess(env, env.tmp / "w2", "--machine-path", str(folder), runtime=runtime)
+        second = WorkerProcess(
+            env,
+            env.tmp / "w2",
+            "--machine-path",
+            str(folder),
+            "--operator-key-id",
+            "operator",
+            runtime=runtime,
+        )
         try:
             second.wait_ready(partitions=3)
             # old-1 is decided by the version it was created with: approvers approve
@@ -268,9 +286,9 @@ def test_a_machine_edited_between_two_deploys(env: Env, runtime: str) -> None:
             assert isinstance(no, Rejection) and no.code is RejectionCode.UNAUTHORIZED
             assert isinstance(tool.propose_and_wait("new-1", "approval_granted"), Transition)
             # migrate: old-2 (running) moves; old-3 (blocked: gone in v2) is refused
-            moved = agent.propose_and_wait("old-2", "migrate", payload={"version": v2})
+            moved = operator.propose_and_wait("old-2", "migrate", payload={"version": v2})
             assert isinstance(moved, Transition) and moved.machine_version == v2, moved
-            stuck = agent.propose_and_wait("old-3", "migrate", payload={"version": v2})
+            stuck = operator.propose_and_wait("old-3", "migrate", payload={"version": v2})
             assert isinstance(stuck, Rejection), stuck
             assert stuck.code is RejectionCode.INCOMPATIBLE_VERSION
             assert "'blocked' does not exist" in stuck.detail
@@ -279,7 +297,7 @@ def test_a_machine_edited_between_two_deploys(env: Env, runtime: str) -> None:
         finally:
             assert second.terminate() == 0, second.log()
     finally:
-        for client in (agent, tool, approver):
+        for client in (agent, tool, approver, operator):
             client.close()
     # auditors hold only the new file, and learn v1 from the machines topic
     versions = json.loads(runstate(env, "machines", "versions").stdout)
@@ -291,10 +309,13 @@ def test_a_machine_edited_between_two_deploys(env: Env, runtime: str) -> None:
         env, "verify", "--keyring-file", str(env.keyring_path), "--machine-path", str(folder)
     )
     assert verified.returncode == 0, verified.stdout + verified.stderr
-    then = runstate(env, "get", "old-1", "--at", str(paused.at_ms), "--machine-path", str(folder))
+    ring = ("--keyring-file", str(env.keyring_path))
+    then = runstate(
+        env, "get", "old-1", "--at", str(paused.at_ms), "--machine-path", str(folder), *ring
+    )
     assert then.returncode == 0, then.stderr
     assert json.loads(then.stdout)["state"] == "paused"
-    now = runstate(env, "get", "old-1", "--at", "9" * 13, "--machine-path", str(folder))
+    now = runstate(env, "get", "old-1", "--at", "9" * 13, "--machine-path", str(folder), *ring)
     assert json.loads(now.stdout)["machine_version"] == v1.machine_version
 
 

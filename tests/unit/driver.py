@@ -5,6 +5,7 @@ from typing import Any
 
 from processor.engine import Beat, Commit, Decision, Machine, decide
 from processor.engine.answers import Answer, committed_digest
+from processor.engine.scope import Scope
 from processor.machines import builtin_machines
 from schemas import Principal, Proposal, Rejection, RunSnapshot, Transition
 
@@ -12,6 +13,8 @@ RUNTIME = Principal(source="runtime", authority="runtime")
 TOOL = Principal(source="tool:get_status", authority="tool_executor")
 MODEL = Principal(source="model:planner", authority="model")
 APPROVER = Principal(source="approver:alice", authority="approver")
+#: The scope of an operator's key (keyring "operator": true): what `migrate` takes.
+OPERATOR = Scope("operator", operator=True)
 
 
 class Driver:
@@ -40,6 +43,7 @@ class Driver:
         expected_revision: int | None = None,
         proposal_id: str | None = None,
         metadata: dict[str, Any] | None = None,
+        scope: Scope | None = None,
     ) -> Decision:
         self._n += 1
         proposal = Proposal(
@@ -52,7 +56,7 @@ class Driver:
             metadata=metadata or {},
         )
         decision = decide(
-            self.machines, self.snapshot, proposal, principal, self.now, self.answers.get
+            self.machines, self.snapshot, proposal, principal, self.now, self.answers.get, scope
         )
         self.now += self.tick_ms
         if isinstance(decision, Commit | Beat):

@@ -5,14 +5,18 @@ import hashlib
 
 import pytest
 import rfc8785
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from processor.engine import Commit
 from processor.engine.machine import Catalog, Machine, version_of
 from processor.engine.parse import parse_machine
+from processor.engine.scope import Scope
 from processor.machines import builtin_machines, builtin_source
 from processor.replay import apply_transitions
 from schemas.codes import RejectionCode
-from tests.unit.driver import APPROVER, TOOL, Driver
+from schemas.messages import Rejection
+from tests.unit.driver import APPROVER, OPERATOR, TOOL, Driver
 
 pytestmark = pytest.mark.unit
 V1 = parse_machine(builtin_source("task_lifecycle"))
@@ -126,14 +130,14 @@ def test_migrate_moves_one_run_and_refuses_another() -> None:
     moving.create("task_lifecycle")
     moving.commit("start")
     moving.machines = _catalog(V2, V1)
-    assert moving.refuse("migrate", TOOL, payload={"version": V2.version}).code is (
+    assert moving.refuse("migrate", TOOL, payload={"version": V2.version}, scope=OPERATOR).code is (
         RejectionCode.UNAUTHORIZED
     )
-    assert moving.refuse("migrate", payload={"version": "0" * 16}).code is (
+    assert moving.refuse("migrate", payload={"version": "0" * 16}, scope=OPERATOR).code is (
         RejectionCode.UNKNOWN_MACHINE
     )
     assert moving.refuse("migrate", payload={}).code is RejectionCode.SCHEMA_INVALID
-    migrated = moving.commit("migrate", payload={"version": V2.version})
+    migrated = moving.commit("migrate", payload={"version": V2.version}, scope=OPERATOR)
     assert migrated.snapshot.machine_version == V2.version
     assert migrated.transition.from_state == migrated.transition.to_state == "running"
     moving.commit("pause_for_approval")
@@ -150,7 +154,7 @@ def test_migrate_moves_one_run_and_refuses_another() -> None:
     stuck.commit("start")
     stuck.commit("block_on_dependency")
     stuck.machines = _catalog(V1, NO_BLOCKED)
-    refused = stuck.refuse("migrate", payload={"version": NO_BLOCKED.version})
+    refused = stuck.refuse("migrate", payload={"version": NO_BLOCKED.version}, scope=OPERATOR)
     assert refused.code is RejectionCode.INCOMPATIBLE_VERSION
     assert "state 'blocked' does not exist" in refused.detail
     assert stuck.snapshot is not None and stuck.snapshot.machine_version == V1.version
@@ -162,7 +166,9 @@ def test_migrate_refuses_a_target_where_a_pending_deadline_could_not_be_decided(
     run.commit("start")
     run.commit("pause_for_approval")
     run.machines = _catalog(V1, NO_APPROVAL_TIMEOUT)
-    refused = run.refuse("migrate", payload={"version": NO_APPROVAL_TIMEOUT.version})
+    refused = run.refuse(
+        "migrate", payload={"version": NO_APPROVAL_TIMEOUT.version}, scope=OPERATOR
+    )
     assert refused.code is RejectionCode.INCOMPATIBLE_VERSION
     assert "approval deadline proposes 'timeout'" in refused.detail
     running = Driver(machines=run.machines, run_id="q")  # no deadline pending: it may move
@@ -171,5 +177,47 @@ def test_migrate_refuses_a_target_where_a_pending_deadline_could_not_be_decided(
     running.commit("start")
     running.machines = _catalog(V1, NO_APPROVAL_TIMEOUT)
     assert isinstance(
-        running.commit("migrate", payload={"version": NO_APPROVAL_TIMEOUT.version}), Commit
+        running.commit("migrate", payload={"version": NO_APPROVAL_TIMEOUT.version}, scope=OPERATOR),
+        Commit,
     )
+
+
+_prefixes = st.none() | st.lists(st.sampled_from(["", "m", "mig", "x-"]), max_size=3).map(tuple)
+_machines = st.none() | st.lists(st.sampled_from(["task_lifecycle", "run_state"]), max_size=2)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    key_id=st.sampled_from(["runtime", "operator", "ops-1"]),
+    machines=_machines,
+    prefixes=_prefixes,
+    operator=st.booleans(),
+    unscoped=st.booleans(),
+)
+def test_only_an_operators_key_migrates_a_run(
+    key_id: str,
+    machines: list[str] | None,
+    prefixes: tuple[str, ...] | None,
+    operator: bool,
+    unscoped: bool,
+) -> None:
+    """Whatever the key's name, limits and principal (runtime: in migrate_authorities),
+    `migrate` commits only with an operator's scope that reaches the run; an unscoped
+    key (scope None) is no operator's."""
+    scope = None if unscoped else Scope(key_id, _frozen(machines), prefixes, operator)
+    run = Driver(machines=_catalog(V1), run_id="mig-1")
+    run.create("task_lifecycle")
+    run.commit("start")
+    run.machines = _catalog(V2, V1)
+    decision = run.propose("migrate", payload={"version": V2.version}, scope=scope)
+    reaches = scope is not None and scope.refuses("task_lifecycle", "mig-1") is None
+    if scope is not None and scope.operator and reaches:
+        assert isinstance(decision, Commit), decision
+        assert decision.snapshot.machine_version == V2.version
+    else:
+        assert isinstance(decision, Rejection) and decision.code is RejectionCode.UNAUTHORIZED
+        assert run.snapshot is not None and run.snapshot.machine_version == V1.version
+
+
+def _frozen(machines: list[str] | None) -> frozenset[str] | None:
+    return None if machines is None else frozenset(machines)

@@ -19,7 +19,7 @@ from processor.machines import builtin_machines
 from processor.partitioning import partition_for
 from processor.pipeline import DeadLetterReason, Placement, decide_record
 from schemas import Principal, Proposal, Rejection, RejectionCode, RunSnapshot
-from tests.unit.driver import APPROVER, MODEL, RUNTIME, TOOL, Driver
+from tests.unit.driver import APPROVER, MODEL, OPERATOR, RUNTIME, TOOL, Driver
 
 NOW = 1_700_000_000_000
 KEYRING = Keyring.model_validate(
@@ -552,6 +552,6 @@ def test_incompatible_version() -> None:
     run.commit("start")
     run.commit("need_approval")
     run.machines = Catalog([v1], [v2])
-    refused = run.refuse("migrate", payload={"version": v2.version})
+    refused = run.refuse("migrate", payload={"version": v2.version}, scope=OPERATOR)
     assert refused.code is RejectionCode.INCOMPATIBLE_VERSION
     assert "state 'waiting_approval' does not exist" in refused.detail
