@@ -2,9 +2,9 @@
 for a log pipeline (`--log-format json`), at these levels:
 
   ERROR  state that could not be persisted (the transaction was aborted, nothing applied)
-  WARN   one line per DLQ record (a record that is not a proposal)
-  INFO   one line per rejection, and the worker's life: partitions assigned, restored,
-         released
+  WARN   one line per refused proposal (a rejection: who asked for what, and why not)
+         and per DLQ record (a record that is not a proposal)
+  INFO   the worker's life: partitions assigned, restored, released
   DEBUG  one line per committed transition and heartbeat (after its transaction
          committed), and internals
 
@@ -50,7 +50,7 @@ _LEVELS: dict[type, int] = {
     Beat: logging.DEBUG,
     Commit: logging.DEBUG,
     Forget: logging.DEBUG,
-    Rejection: logging.INFO,
+    Rejection: logging.WARNING,
     DeadLetterReason: logging.WARNING,
 }
 
@@ -64,8 +64,8 @@ def logged(outcome: Commit | Beat | Forget | Rejection | DeadLetterReason) -> bo
 def log_outcomes(
     outcomes: Iterable[Commit | Beat | Forget | Rejection | DeadLetterReason],
 ) -> None:
-    """Committed outcomes at their levels (DEBUG per transition and heartbeat, INFO per
-    rejection, WARNING per DLQ record), with the fields a log pipeline indexes."""
+    """Committed outcomes at their levels (DEBUG per transition and heartbeat, WARNING per
+    rejection and per DLQ record), with the fields a log pipeline indexes."""
     for outcome in outcomes:
         if isinstance(outcome, Beat):
             h = outcome.heartbeat
@@ -97,7 +97,7 @@ def log_outcomes(
                 },
             )
         elif isinstance(outcome, Rejection):
-            OUTCOMES_LOG.info(
+            OUTCOMES_LOG.warning(
                 "%s: %s refused (%s): %s",
                 outcome.run_id,
                 outcome.event,
