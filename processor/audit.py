@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from processor.engine import Commit, Forget, Machine
 from processor.engine.lint import FORGET_EVENT, MIGRATE_EVENT
-from processor.engine.machine import with_current
+from processor.engine.machine import machine_for, with_current
 from processor.intake import (
     DEFAULT_MAX_PROPOSAL_BYTES,
     Headers,
@@ -34,6 +34,8 @@ from processor.pipeline import (
     RunsInMemory,
     decide_record,
 )
+from processor.replay import apply_transitions
+from processor.resume import continuation_problems
 from processor.signatures import HEADER_KEY_ID
 from schemas.audit import transition_hash
 from schemas.messages import Transition
@@ -282,3 +284,60 @@ def _not_an_operators_migration(record: Record | None, topic: str, keyring: Keyr
         key_id = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
         return f"its proposal (offset {record.offset}) is signed by key '{key_id}', no operator's"
     return None
+
+
+def verify_continuations(
+    transitions: Mapping[int, Sequence[Record]], machines: Mapping[str, Machine]
+) -> list[Finding]:
+    """A run that continues another (`create` with `continues`) must carry exactly what
+    that run had at the revision it names (its succeeded steps, its checkpoint), and
+    continue a run that finished other than by an approver's denial. The engine decides
+    one run at a time and cannot read the original: this is where the log proves it."""
+    chains: dict[str, list[tuple[int, int, Transition]]] = {}
+    for partition in sorted(transitions):
+        for record in transitions[partition]:
+            try:
+                found = Transition.model_validate_json(record.value or b"")
+            except ValidationError:
+                continue  # reported by verify_partition
+            chains.setdefault(found.run_id, []).append((partition, record.offset, found))
+    findings: list[Finding] = []
+    for chain in chains.values():
+        for partition, offset, created in chain:
+            continues = created.payload.get("continues") if created.event == "create" else None
+            if not isinstance(continues, dict):
+                continue
+            why = _continuation_refuted(created, continues, chains, machines)
+            if why:
+                findings.append(Finding(partition, offset, f"{created.transition_id}: {why}"))
+    return findings
+
+
+def _continuation_refuted(
+    created: Transition,
+    continues: Mapping[str, object],
+    chains: Mapping[str, list[tuple[int, int, Transition]]],
+    machines: Mapping[str, Machine],
+) -> str | None:
+    original = str(continues.get("run_id"))
+    revision = continues.get("revision")
+    before = [
+        t
+        for _, _, t in chains.get(original, [])
+        if isinstance(revision, int) and t.revision <= revision
+    ]
+    if not before or before[-1].revision != revision:
+        return f"continues run '{original}' at revision {revision}, which the log does not hold"
+    replayed = apply_transitions(machines, [(t, None) for t in before])
+    snapshot = replayed.snapshots.get(original)
+    if snapshot is None or replayed.problems:
+        return f"continues run '{original}', whose transitions do not replay"
+    last = before[-1]
+    machine = machine_for(machines, last.machine, last.machine_version)
+    if machine is None or snapshot.state not in machine.terminal:
+        return f"continues run '{original}', which had not finished at revision {revision}"
+    spec = machine.events.get(last.event)
+    if spec is not None and spec.approval == "deny":
+        return f"continues run '{original}', which an approver denied ({last.event})"
+    problems = continuation_problems(created, snapshot)
+    return "; ".join(problems) if problems else None

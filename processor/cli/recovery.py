@@ -16,6 +16,7 @@ from rich.table import Table
 
 from processor.audit import (
     Finding,
+    verify_continuations,
     verify_migrations,
     verify_partition,
     verify_runs_across_partitions,
@@ -223,6 +224,7 @@ def verify(
             checked += len(transitions.get(p, []))
             progress.advance(task)
     findings += verify_runs_across_partitions(transitions)
+    findings += verify_continuations(transitions, machines)
     if as_json:
         found = [dataclasses.asdict(f) for f in findings]
         click.echo(json.dumps({"transitions": checked, "differences": found}))

@@ -1,10 +1,14 @@
-"""Checkpoints, the resume view and continuation (issue 17): the engine records a run's
+"""Checkpoints, the resume view and continuation: the engine records a run's
 checkpoint data and a continuation's carried steps; `processor.resume` builds what a
 restarted agent reads."""
 
+from typing import Any
+
 import pytest
 
+from processor.audit import Record, verify_continuations
 from processor.engine import Beat, Commit
+from processor.machines import builtin_machines
 from processor.replay import apply_transitions
 from processor.resume import continuation_payload, continuation_problems, resume_view
 from schemas import RejectionCode, RunSnapshot, StepStatus
@@ -235,3 +239,38 @@ def test_a_continuation_needs_the_create_authority() -> None:
     refused = Driver(run_id="task-2").refuse("create", TOOL, payload=payload)
     assert refused.code is RejectionCode.UNAUTHORIZED
     assert isinstance(Driver(run_id="task-2").propose("create", payload=payload), Commit)
+
+
+def _continued_log(carry_steps: dict[str, Any] | None, deny: bool) -> dict[int, list[Record]]:
+    """The transitions of a finished task (a step done, or denied) and of its
+    continuation, as `verify` reads them."""
+    old = Driver(run_id="task-1")
+    old.create("task_lifecycle")
+    old.commit("start")
+    if deny:
+        old.commit("pause_for_approval")
+        old.commit("approval_denied", APPROVER, payload=old.decision())
+    else:
+        old.commit("step_started", payload={"step": "refund", "idempotency_key": "k"})
+        old.commit("step_succeeded", payload={"step": "refund", "result": 7})
+        old.commit("complete")
+    assert old.snapshot is not None
+    payload = continuation_payload(old.snapshot, old.machines)
+    if carry_steps is not None:
+        payload["steps"] = carry_steps
+    new = Driver(run_id="task-2")
+    new.commit("create", payload=payload)
+    records = [
+        Record(0, n, t.run_id.encode(), t.model_dump_json().encode(), None, 0)
+        for n, t in enumerate([*old.history, *new.history])
+    ]
+    return {0: records}
+
+
+def test_verify_proves_what_a_continuation_carried() -> None:
+    machines = builtin_machines()
+    assert verify_continuations(_continued_log(None, deny=False), machines) == []
+    forged = verify_continuations(_continued_log({"wire": {"result": 1}}, deny=False), machines)
+    assert len(forged) == 1 and "'wire' was carried but did not succeed" in forged[0].detail
+    denied = verify_continuations(_continued_log(None, deny=True), machines)
+    assert len(denied) == 1 and "an approver denied" in denied[0].detail
