@@ -99,6 +99,16 @@ class TimeoutSpec(WireModel):
     event: Name
     reason: str | None = None
     after_ms: Annotated[int, Field(gt=0, le=MAX_EXACT_INTEGER)] | None = None
+    remind_before_ms: Annotated[int, Field(gt=0, le=MAX_EXACT_INTEGER)] | None = Field(
+        default=None,
+        description="An approval deadline's reminder: an alert (rule `approval_reminder`) "
+        "this long before it falls due.",
+    )
+    grace_ms: Annotated[int, Field(gt=0, le=MAX_EXACT_INTEGER)] | None = Field(
+        default=None,
+        description="After an approval deadline ended the run, a decision arriving within "
+        "this long is told so: the run is continued from its checkpoint by a new one.",
+    )
 
 
 class AlertSpec(WireModel):

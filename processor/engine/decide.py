@@ -52,7 +52,13 @@ from processor.engine.lint import CREATE_EVENT, FORGET_EVENT, MIGRATE_EVENT, TIM
 from processor.engine.machine import Edge, Machine, machine_for
 from processor.engine.scope import Scope
 from processor.engine.steps import apply_step
-from processor.engine.timers import EXPIRING, TIMER_ID_PREFIX, arm_timers, timer_proposal_id
+from processor.engine.timers import (
+    APPROVAL_REMINDER,
+    EXPIRING,
+    TIMER_ID_PREFIX,
+    arm_timers,
+    timer_proposal_id,
+)
 from schemas.audit import transition_hash
 from schemas.base import describe_errors
 from schemas.codes import RejectionCode as Code
@@ -372,9 +378,14 @@ def _decide_event(
     stop_reason = None
     if edge.target in machine.terminal:
         # The machine names why a run stops: the edge's own stop reason, else one of the
-        # reasons it lists, else the event. A free-text reason is no stop reason: any
-        # principal allowed the event could otherwise write the run's epitaph.
-        stop_reason = edge.stop_reason or (proposal.reason if edge.reasons else None) or event
+        # reasons it lists or its deadline gives, else the event. A free-text reason is
+        # no stop reason: any principal allowed the event could otherwise write the
+        # run's epitaph.
+        named = proposal.reason in edge.reasons or any(
+            (t.state, t.event, t.reason) == (edge.source, event, proposal.reason)
+            for t in machine.spec.timeouts
+        )
+        stop_reason = edge.stop_reason or (proposal.reason if named else None) or event
     return _commit(
         machine,
         snapshot,
@@ -641,7 +652,11 @@ def _incompatibilities(target: Machine, snapshot: RunSnapshot) -> list[str]:
                     f"the pending {timer.name} deadline proposes '{timer.event}', which has "
                     f"no transition from '{state}' there"
                 )
-        elif timer.kind == "alert" and not any(a.rule == timer.name for a in target.spec.alerts):
+        elif (
+            timer.kind == "alert"
+            and timer.name != APPROVAL_REMINDER
+            and not any(a.rule == timer.name for a in target.spec.alerts)
+        ):
             problems.append(f"the pending alert '{timer.name}' does not exist there")
     return problems
 
@@ -871,13 +886,41 @@ def _stale_or_finished(
     if snapshot.state in machine.terminal:
         return _reject(
             Code.TERMINAL_STATE,
-            f"run is in terminal state '{snapshot.state}' and never changes",
+            f"run is in terminal state '{snapshot.state}' and never changes"
+            + _within_grace(machine, snapshot, proposal, now_ms),
             proposal,
             principal,
             snapshot,
             now_ms,
         )
     return None
+
+
+def _within_grace(machine: Machine, snapshot: RunSnapshot, proposal: Proposal, now_ms: int) -> str:
+    """What a decision that came within an approval deadline's grace period may do, when
+    it did: the run failed by the deadline, so it is continued by a new run."""
+    rule = machine.rules.get(proposal.event)
+    if (
+        rule is None
+        or not isinstance(rule.payload_model, type)
+        or rule.payload_model is not ApprovalPayload
+    ):
+        return ""
+    for timeout in machine.spec.timeouts:
+        grace = timeout.grace_ms
+        ended = snapshot.stop_reason in (timeout.reason, timeout.event)
+        if (
+            timeout.kind == "approval"
+            and grace is not None
+            and ended
+            and now_ms < snapshot.entered_state_at_ms + grace
+        ):
+            return (
+                f"; this decision came within the approval deadline's grace period "
+                f"({grace} ms): continue the run from its checkpoint as a new run "
+                "(create with continues; runstate resume shows what it carries)"
+            )
+    return ""
 
 
 def _stale(

@@ -103,6 +103,7 @@ _LATER_FIELDS = {
     "ceilings": Ceilings().model_dump(mode="json"),
 }
 _LATER_EVENT_FIELDS = {"approval": None}
+_LATER_TIMEOUT_FIELDS = {"remind_before_ms": None, "grace_ms": None}
 
 
 def _versioned_content(spec: MachineSpec) -> dict[str, Any]:
@@ -114,6 +115,10 @@ def _versioned_content(spec: MachineSpec) -> dict[str, Any]:
         for name, default in _LATER_EVENT_FIELDS.items():
             if event.get(name) == default:
                 del event[name]
+    for timeout in content["timeouts"]:
+        for name, default in _LATER_TIMEOUT_FIELDS.items():
+            if timeout.get(name) == default:
+                del timeout[name]
     return content
 
 

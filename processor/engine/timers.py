@@ -10,6 +10,8 @@ from schemas.identifiers import MAX_PROPOSAL_ID_BYTES
 from schemas.messages import Deadlines, Timer
 
 RETRY_REASON = "retry_backoff"
+#: The alert rule of an approval deadline's reminder (a timeout's `remind_before_ms`).
+APPROVAL_REMINDER = "approval_reminder"
 RETENTION = "retention"  # the timer, and the reason of the `forget` it proposes
 #: Deadlines that expire (a proposal after them is decided after them); named after the
 #: timeout kinds of machine files. The retry timer is a schedule, not an expiry.
@@ -95,6 +97,10 @@ def arm_timers(
                     "deadline", timeout.kind, since + after, timeout.event, timeout.reason, revision
                 )
             )
+            remind = timeout.remind_before_ms
+            if timeout.kind == "approval" and remind is not None and remind < after:
+                due = since + after - remind
+                timers.append(_timer("alert", APPROVAL_REMINDER, due, None, None, revision))
     retry = spec.retry
     base = deadlines.retry_backoff_ms or (retry.backoff_base_ms if retry is not None else None)
     if retry is not None and base is not None and state in machine.retry_states:

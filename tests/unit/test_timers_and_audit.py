@@ -196,3 +196,35 @@ def test_quiet_states_arm_nothing_for_runs_without_timeouts_of_their_own() -> No
                     )
                     armed.update(t.name for t in timers)
             assert (state in machine.quiet_states) == (not armed), (machine.name, state, armed)
+
+
+def test_an_approval_is_reminded_before_its_deadline_and_told_its_grace_after() -> None:
+    """task_lifecycle: a reminder alert 15 minutes before the 30-minute approval deadline;
+    the deadline fails the run (stop reason approval_timeout, the machine's); a decision
+    within 5 minutes after is told to continue the run, one later is not."""
+    run = Driver()
+    run.create("task_lifecycle")
+    run.commit("start")
+    paused = run.commit("pause_for_approval").snapshot
+    entered = paused.entered_state_at_ms
+    timers = {t.name: t for t in paused.timers}
+    assert timers["approval_reminder"].kind == "alert"
+    assert timers["approval_reminder"].due_at_ms == entered + 900_000
+    assert timers["approval"].due_at_ms == entered + 1_800_000
+    decision = run.decision()
+    run.now = timers["approval"].due_at_ms
+    failed = run.commit("timeout", reason="approval_timeout", expected_revision=paused.revision)
+    assert failed.snapshot.state == "failed" and failed.snapshot.stop_reason == "approval_timeout"
+    late = run.refuse("approval_granted", APPROVER, payload=decision)
+    assert late.code is RejectionCode.TERMINAL_STATE and "grace period" in late.detail
+    run.now += 300_000
+    later = run.refuse("approval_granted", APPROVER, payload=run.decision(pause=decision["pause"]))
+    assert later.code is RejectionCode.TERMINAL_STATE and "grace" not in later.detail
+
+
+def test_a_free_text_reason_is_no_stop_reason() -> None:
+    run = Driver()
+    run.create("run_state")
+    run.commit("start")
+    done = run.commit("fail", reason="the approver was rude")
+    assert done.snapshot.stop_reason == "fail"
