@@ -209,7 +209,14 @@ def plan_topics(
         plan("heartbeats", kept("heartbeats")),
         # Every machine version, keyed <name>@<version> (processor/versions.py): one
         # partition, read whole by every worker and auditor at start.
-        TopicPlan(names.machines, "machines", 1, replication, {"cleanup.policy": "compact", **isr}),
+        # Their time is the broker's too: a key's revocation is judged by it.
+        TopicPlan(
+            names.machines,
+            "machines",
+            1,
+            replication,
+            {"cleanup.policy": "compact", "message.timestamp.type": "LogAppendTime", **isr},
+        ),
     ]
 
 

@@ -32,7 +32,7 @@ from pydantic import ValidationError
 from processor.config import KafkaSettings
 from processor.engine.machine import Catalog, Machine, MachineInvalid, compile_machine
 from processor.errors import WorkerError
-from processor.intake import Headers, Unproven, authenticate, header_value
+from processor.intake import Headers, TimestampType, Unproven, authenticate, header_value
 from processor.keyring import Keyring, KeyringError, SigningKey, load_signing_key
 from processor.machines import load_catalog
 from processor.outputs import dead_letter_value, output_key
@@ -91,10 +91,14 @@ def check_version(
     appended_at_ms: int,
     keyring: Keyring | None,
     held: Collection[bytes] = (),
+    timestamp_type: TimestampType = TimestampType.LOG_APPEND_TIME,
 ) -> tuple[Machine, bool] | str:
     """The machine a machines-topic record publishes and whether an operator signed it,
     or why it does not take effect. `held`: the `<name>@<version>` this process holds
-    from its package and files, which take effect unsigned. No keyring: only those."""
+    from its package and files, which take effect unsigned. No keyring: only those.
+    `timestamp_type`: who set `appended_at_ms`; a key's validity and revocation are
+    judged by the broker's time only (a producer's own time would let a revoked key
+    backdate its record)."""
     try:
         machine = compile_machine(MachineSpec.model_validate_json(value))
     except (ValidationError, MachineInvalid) as exc:
@@ -105,6 +109,12 @@ def check_version(
             "(a version is the digest of its content)"
         )
     unsigned = _not_an_operators(topic, key, value, headers, appended_at_ms, keyring, machine)
+    if unsigned is None and timestamp_type is not TimestampType.LOG_APPEND_TIME:
+        unsigned = (
+            f"its time is not the broker's ({timestamp_type.value}): a revoked key could "
+            "date its record before its revocation; set message.timestamp.type="
+            f"LogAppendTime on the machines topic, then publish again ({SIGN_HINT})"
+        )
     if unsigned is None:
         return machine, True
     return (machine, False) if key in held else unsigned
@@ -163,7 +173,17 @@ def sort_versions(
             accepted.pop(key or b"", None)
             signed.discard(key or b"")
             continue
-        checked = check_version(topic, key, value, msg.headers(), msg.timestamp()[1], keyring, held)
+        kind, at_ms = msg.timestamp()
+        checked = check_version(
+            topic,
+            key,
+            value,
+            msg.headers(),
+            at_ms,
+            keyring,
+            held,
+            TimestampType.of_librdkafka(kind),
+        )
         if isinstance(checked, str):
             where = RefusedVersion(
                 msg.partition() or 0, msg.offset() or 0, key, value, msg.timestamp()[1], checked

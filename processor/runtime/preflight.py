@@ -51,7 +51,9 @@ def check_topics(config: WorkerConfig) -> Topics:
         raise WorkerError(
             "topics do not fit the worker: "
             + "; ".join(str(d) for d in drift)
-            + ". Fix with `runstate topics create` (or recreate the topics)."
+            + ". Fix with `runstate topics create` (a missing topic), or change a setting in "
+            "place (kafka-configs.sh --alter --entity-type topics --entity-name <topic> "
+            "--add-config message.timestamp.type=LogAppendTime)."
         )
     limits = learn_limits(admin, config.kafka, topics)
     # A commit writes a snapshot and a transition of up to max_state_bytes, keyed by

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from processor.audit import Record, verify_migrations
 from processor.engine.machine import Machine
 from processor.engine.parse import parse_machine
+from processor.intake import TimestampType
 from processor.keyring import Keyring, SigningKey, generate_keys, new_key
 from processor.machines import builtin_history, builtin_machines, builtin_source, load_catalog
 from processor.signatures import Algorithm
@@ -293,3 +294,14 @@ def test_an_operators_keyring_entry_gives_an_operator_scope_and_only_it() -> Non
         scope = entry.scope(key_id)
         assert (scope is not None and scope.operator) is (key_id in OPERATORS)
     assert isinstance(KEYRING, Keyring)
+
+
+@pytest.mark.parametrize("timestamp_type", [TimestampType.CREATE_TIME, TimestampType.NOT_AVAILABLE])
+def test_a_version_dated_by_its_producer_takes_no_effect(timestamp_type: TimestampType) -> None:
+    """A key's revocation is judged by the broker's time: on a machines topic whose
+    records carry the producer's time, a revoked operator key could date its record
+    before its revocation. Such a record takes no effect, however well signed."""
+    key, value, headers = _signed(_version("dated"), SIGNERS["operator"], NOW)
+    assert not isinstance(check_version(TOPIC, key, value, headers, NOW, KEYRING), str)
+    refused = check_version(TOPIC, key, value, headers, NOW, KEYRING, (), timestamp_type)
+    assert isinstance(refused, str) and "LogAppendTime" in refused
