@@ -3,10 +3,15 @@
 import hashlib
 import hmac
 import json
+from typing import Any
 
 import pytest
+import rfc8785
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from hypothesis import given
+from hypothesis import strategies as st
 
+from processor.engine.scope import reaches
 from tests.vectors import VECTORS, render
 
 pytestmark = pytest.mark.unit
@@ -60,3 +65,80 @@ def test_chain_vectors_hash_their_canonical_text() -> None:
         assert entry["transition"]["hash"] == entry["hash"]
         assert entry["transition"]["prev_hash"] == previous
         previous = entry["hash"]
+
+
+def _digest(value: str, principal: dict[str, str]) -> str:
+    """docs/wire.md §3, from the value as sent: independent of the proposal model."""
+    proposal = json.loads(value)
+    content = [
+        proposal["event"],
+        proposal.get("reason"),
+        proposal.get("payload", {}),
+        proposal.get("metadata", {}),
+        principal["source"],
+        principal["authority"],
+    ]
+    return hashlib.sha256(rfc8785.dumps(content)).hexdigest()
+
+
+def test_digest_vectors_hash_their_content() -> None:
+    data = _load("digests.json")
+    assert isinstance(data, dict)
+    for case in data["proposals"]:
+        assert hashlib.sha256(case["canonical"].encode()).hexdigest() == case["digest"]
+        assert _digest(case["value"], case["principal"]) == case["digest"], case["name"]
+    for pair in data["pairs"]:
+        first, second = (
+            _digest(p["value"], p["principal"]) for p in (pair["first"], pair["second"])
+        )
+        assert pair["expect"] == ("same" if first == second else "reused"), pair["name"]
+        assert (pair["second_outcome"] == "proposal_id_reused") == (pair["expect"] == "reused")
+    assert {p["expect"] for p in data["pairs"]} == {"same", "reused"}
+
+
+def _approval_outcome(case: dict[str, Any]) -> str:
+    """docs/wire.md §3's bound approval, as the doc states it."""
+    payload, run = case["payload"], case["run"]
+    exact = all(
+        type(payload.get(name)) is int and payload[name] >= 0 for name in ("pause", "expires_at_ms")
+    )
+    if set(payload) != {"pause", "expires_at_ms"} or not exact:
+        return "schema_invalid"
+    pause = run["pause"]
+    if payload["pause"] != (run["revision"] if pause is None else pause["revision"]):
+        return "approval_wrong_pause"
+    if payload["expires_at_ms"] <= case["broker_time"]:
+        return "approval_expired"
+    if pause is not None and pause["asked_by"]["source"] == case["principal"]["source"]:
+        return "self_approval"
+    return "accepted"
+
+
+def test_approval_vectors_follow_the_stated_rule() -> None:
+    data = _load("approvals.json")
+    assert isinstance(data, dict)
+    for case in data["cases"]:
+        assert _approval_outcome(case) == case["expect"], case["name"]
+    expected = {"accepted", "approval_wrong_pause", "approval_expired", "self_approval"}
+    assert expected | {"schema_invalid"} == {c["expect"] for c in data["cases"]}
+
+
+@given(st.text(alphabet="ab-/é", max_size=4), st.text(alphabet="ab-/+é", max_size=6))
+def test_scope_prefix_rule_as_stated(prefix: str, run_id: str) -> None:
+    """A prefix reaches a run id equal to it, or one that goes on after it with a
+    separator, or any run id it starts when it ends with a separator (or is empty)."""
+    stated = run_id.startswith(prefix) and (
+        run_id == prefix
+        or prefix == ""
+        or prefix[-1] in "-_.:/@#"
+        or run_id[len(prefix)] in "-_.:/@#"
+    )
+    assert reaches(prefix, run_id) == stated
+
+
+def test_scope_vectors() -> None:
+    data = _load("scopes.json")
+    assert isinstance(data, list)
+    for case in data:
+        assert reaches(case["prefix"], case["run_id"]) == case["reaches"], case
+    assert {c["reaches"] for c in data} == {True, False}
