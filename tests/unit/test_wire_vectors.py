@@ -12,6 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from processor.engine.scope import reaches
+from processor.intake import Credential, Unproven, authenticate
+from processor.keyring import Keyring, KeyringError, SigningKey, parse_keyring
+from processor.signatures import signed_base
+from schemas.codes import RejectionCode
 from tests.vectors import VECTORS, render
 
 pytestmark = pytest.mark.unit
@@ -142,3 +146,55 @@ def test_scope_vectors() -> None:
     for case in data:
         assert reaches(case["prefix"], case["run_id"]) == case["reaches"], case
     assert {c["reaches"] for c in data} == {True, False}
+
+
+@given(st.text(st.characters(exclude_categories=["Cs"]), min_size=16, max_size=40))
+def test_hmac_key_is_the_utf8_of_the_decoded_secret(secret: str) -> None:
+    """docs/wire.md §4: a secret written with JSON escapes keys the HMAC with the UTF-8
+    of the string the escapes spell."""
+    entry = {"secret": secret, "source": "s", "authority": "a"}
+    escaped = json.dumps({"keys": {"k": entry}}, ensure_ascii=True)
+    keyring = parse_keyring(escaped, "test")
+    base = signed_base("runstate.proposals", b"r", b"{}", "k", 1)
+    signature = hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
+    credential = authenticate(
+        "runstate.proposals",
+        b"r",
+        b"{}",
+        [
+            ("runstate-key-id", b"k"),
+            ("runstate-signed-at", b"1"),
+            ("runstate-signature", signature.encode()),
+        ],
+        keyring,
+        1,
+    )
+    assert isinstance(credential, Credential)
+
+
+def test_hmac_secret_with_a_lone_surrogate_does_not_load() -> None:
+    text = '{"keys": {"k": {"secret": "\\ud800' + "a" * 16 + '", "source": "s", "authority": "a"}}}'
+    with pytest.raises(KeyringError):
+        parse_keyring(text, "test")
+
+
+@given(st.sampled_from(["runstate-key-id", "runstate-signed-at", "runstate-signature"]), st.data())
+def test_header_names_are_case_sensitive(name: str, data: st.DataObject) -> None:
+    """docs/wire.md §4: another case of a header's name is not that header."""
+    keyring = Keyring.model_validate(
+        {"keys": {"k": {"secret": "s" * 16, "source": "s", "authority": "a"}}}
+    )
+    headers = SigningKey.hmac("k", "s" * 16).headers("runstate.proposals", b"r", b"{}", 1)
+    cased = data.draw(
+        st.lists(st.booleans(), min_size=len(name), max_size=len(name))
+        .map(lambda upper: "".join(c.upper() if u else c for c, u in zip(name, upper, strict=True)))
+        .filter(lambda n: n != name)
+    )
+    renamed = [(cased if h == name else h, v) for h, v in headers]
+    result = authenticate("runstate.proposals", b"r", b"{}", renamed, keyring, 1)
+    assert isinstance(result, Unproven) and result.code is RejectionCode.UNAUTHENTICATED
+    # and a second copy under another case is no second copy
+    doubled = [*headers, (cased, b"x")]
+    assert isinstance(
+        authenticate("runstate.proposals", b"r", b"{}", doubled, keyring, 1), Credential
+    )
