@@ -273,7 +273,7 @@ def chain() -> dict[str, Any]:
     runs = RunsInMemory()
     machines = builtin_machines()
     run_id = "chain-ü-😀"
-    steps = [
+    steps: list[tuple[str, dict[str, Any]]] = [
         ("create", {"payload": {"machine": "task_lifecycle"}}),
         (
             "start",
@@ -711,7 +711,7 @@ def approvals() -> dict[str, Any]:
             None,
         ),
     ]
-    out = []
+    out: list[dict[str, Any]] = []
     machine = builtin_machines()["run_state"]
     for name, run, event, payload, principal, at in cases:
         snapshot = run.snapshot
