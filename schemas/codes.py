@@ -1,10 +1,18 @@
-"""The typed outcomes of a refused proposal, in the order the engine checks them."""
+"""The typed outcomes of a refused proposal."""
 
 from enum import StrEnum
 
 
+# The members' order is roughly the order of the checks, not exactly: `unauthorized` is
+# checked at several points, the first right after stale_signature (a key's run id
+# prefixes); `create` checks unknown_machine and has no unknown_run, other events check
+# unknown_run before unknown_machine; limit_exceeded is `create`'s, after run_exists;
+# schema_invalid, unknown_machine, revision_conflict, invalid_transition and duplicate
+# come again later; heartbeats, checkpoints, steps, `migrate` and `forget` take their
+# own paths.
 class RejectionCode(StrEnum):
-    """Why a proposal was refused. Values are the wire names; order is check order."""
+    """Why a proposal was refused. Values are the wire names; docs/wire.md §7 gives the
+    order they are checked in."""
 
     SCHEMA_INVALID = "schema_invalid"
     WRONG_PARTITION = "wrong_partition"

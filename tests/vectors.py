@@ -2,7 +2,7 @@
 
 Every expected value comes from the product's own functions (partition_for, the signed
 base, SigningKey, authenticate, parse_keyring, verify_ed25519, decide_record,
-transition_hash); a unit test checks the files match (drift) and checks the values by
+transition_hash, proposal_digest, decide, the scope's prefix rule); a unit test checks the files match (drift) and checks the values by
 independent means too (hashlib, hmac, cryptography, tests/ed25519_ref.py, libsodium
 where it is installed). A second implementation reads the same files.
 """
@@ -11,14 +11,18 @@ import json
 from pathlib import Path
 from typing import Any
 
-from processor.intake import Credential, authenticate
+from processor.engine import Commit, decide
+from processor.engine.answers import Answer, committed_digest, digest_of
+from processor.engine.scope import reaches
+from processor.intake import Credential, authenticate, decode_proposal
 from processor.keyring import Keyring, KeyringError, SigningKey, parse_keyring
 from processor.machines import builtin_machines
 from processor.partitioning import murmur2, partition_for
 from processor.pipeline import RunsInMemory, decide_record
 from processor.signatures import ed25519_public_key, ed25519_signature, signed_base, verify_ed25519
-from schemas.audit import canonical_values
-from schemas.messages import Transition
+from schemas.audit import canonical_text, canonical_values
+from schemas.codes import RejectionCode
+from schemas.messages import Principal, Proposal, Rejection, RunSnapshot, Transition
 from tests import ed25519_ref as ref
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -269,7 +273,7 @@ def chain() -> dict[str, Any]:
     runs = RunsInMemory()
     machines = builtin_machines()
     run_id = "chain-ü-😀"
-    steps = [
+    steps: list[tuple[str, dict[str, Any]]] = [
         ("create", {"payload": {"machine": "task_lifecycle"}}),
         (
             "start",
@@ -320,9 +324,459 @@ def chain() -> dict[str, Any]:
 
 
 def _canonical_text(transition: Transition) -> str:
-    from schemas.audit import canonical_text
-
     return canonical_text(canonical_values(transition.__dict__))
+
+
+RUNTIME = Principal(source="runtime", authority="runtime")
+RUNTIME_2 = Principal(source="runtime-2", authority="runtime")
+APPROVER = Principal(source="approver:bob", authority="approver")
+
+
+def _principal(principal: Principal) -> dict[str, str]:
+    return {"source": principal.source, "authority": principal.authority}
+
+
+def _decoded(value: bytes) -> Proposal:
+    decoded = decode_proposal(value, T0)
+    assert isinstance(decoded, Proposal), decoded
+    return decoded
+
+
+class _Run:
+    """One run of the built-in machines decided by `decide` alone, with its answers."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.machines = builtin_machines()
+        self.snapshot: RunSnapshot | None = None
+        self.answers: dict[str, Answer] = {}
+        self.now = T0
+
+    def propose(self, value: bytes, principal: Principal) -> Commit | Rejection:
+        decision = decide(
+            self.machines, self.snapshot, _decoded(value), principal, self.now, self.answers.get
+        )
+        self.now += 1_000
+        if isinstance(decision, Commit):
+            t = decision.transition
+            self.snapshot = decision.snapshot
+            self.answers[t.proposal_id] = Answer(t.revision, committed_digest(t))
+        elif isinstance(decision, Rejection) and decision.content_digest is not None:
+            self.answers[decision.proposal_id or ""] = Answer(
+                None, decision.content_digest, decision
+            )
+        assert isinstance(decision, Commit | Rejection), decision
+        return decision
+
+    def commit(self, event: str, principal: Principal = RUNTIME, **fields: Any) -> None:
+        pid = f"setup-{self.now}"
+        decision = self.propose(_proposal(self.run_id, pid, event, **fields), principal)
+        assert isinstance(decision, Commit), decision
+
+
+def _outcome(decision: Commit | Rejection) -> str:
+    return "committed" if isinstance(decision, Commit) else decision.code.value
+
+
+def digests() -> dict[str, Any]:
+    """What "the same proposal" is (docs/wire.md §3): each proposal's content digest
+    (from the value as sent and the principal its key proves), and pairs of proposals
+    sent under one proposal id to a fresh run, with what the engine answered the second:
+    the first answer again ("same") or `proposal_id_reused` ("reused")."""
+    unicode_metadata = {
+        "text": '<tag> & "quotes" \\ / \u2028 \u007f \u0001 é 😀',
+        "keys": {"\ue000": 1, "😀": 2, "a": 3, "B": 4, "é": 5},
+    }
+    floats = {"ratio": 1.0, "tiny": 1e-7, "big": 1e21, "neg_zero": -0.0, "third": 1 / 3}
+    nested = {"a": [[], {}, [None, True, False, {"b": [1, {"c": "d"}]}]], "n": -9007199254740991}
+    proposals: list[tuple[str, bytes, Principal]] = [
+        ("no reason, payload or metadata", _proposal("r", "p", "start"), RUNTIME),
+        ("the same, by another principal", _proposal("r", "p", "start"), RUNTIME_2),
+        ("reason null", _proposal("r", "p", "start", reason=None), RUNTIME),
+        ("a reason", _proposal("r", "p", "cancel", reason="user_requested"), RUNTIME),
+        ("unicode", _proposal("r", "p", "note", reason="é😀", metadata=unicode_metadata), RUNTIME),
+        ("floats", _proposal("r", "p", "note", metadata=floats), RUNTIME),
+        ("nested", _proposal("r", "p", "note", payload=nested), RUNTIME),
+        (
+            "an approval decision",
+            _proposal("r", "p", "approved", payload={"pause": 2, "expires_at_ms": T0}),
+            APPROVER,
+        ),
+        (
+            "escaped, spaced, reordered, with an expected revision",
+            b'{ "event" : "note", "run_id": "r", "proposal_id": "p", "expected_revision": 3,'
+            b' "reason": "\\u00e9\\ud83d\\ude00", "metadata": {"keys": {"B": 4, "a": 3}} }',
+            RUNTIME,
+        ),
+    ]
+    out = []
+    for name, value, principal in proposals:
+        proposal = _decoded(value)
+        values = [
+            proposal.event,
+            proposal.reason,
+            proposal.payload,
+            proposal.metadata,
+            principal.source,
+            principal.authority,
+        ]
+        out.append(
+            {
+                "name": name,
+                "value": value.decode(),
+                "principal": _principal(principal),
+                "canonical": canonical_text(values),
+                "digest": digest_of(proposal, principal),
+            }
+        )
+
+    def start(**fields: Any) -> bytes:
+        return _proposal("pairs", "p-1", "start", **fields)
+
+    def note(**fields: Any) -> bytes:  # `note` is no event of run_state: refused, remembered
+        return _proposal("pairs", "p-1", "note", **fields)
+
+    same_bytes = (
+        b'{"proposal_id":"p-1","run_id":"pairs","event":"start","expected_revision":0,'
+        b'"metadata":{"b":-0.0,"a":1.0,"s":"\\u00e9"},"payload":{},"reason":null}'
+    )
+    pairs: list[tuple[str, bytes, Principal, bytes, Principal]] = [
+        ("byte for byte again", start(), RUNTIME, start(), RUNTIME),
+        (
+            "another encoding, member order and expected revision",
+            start(metadata={"a": 1, "b": 0, "s": "é"}),
+            RUNTIME,
+            same_bytes,
+            RUNTIME,
+        ),
+        ("a reason added", start(), RUNTIME, start(reason="user_requested"), RUNTIME),
+        ("another principal", start(), RUNTIME, start(), RUNTIME_2),
+        ("metadata changed", start(metadata={"a": 1}), RUNTIME, start(metadata={"a": 2}), RUNTIME),
+        (
+            "array order changed",
+            start(payload={"a": [1, 2]}),
+            RUNTIME,
+            start(payload={"a": [2, 1]}),
+            RUNTIME,
+        ),
+        ("another event", start(), RUNTIME, _proposal("pairs", "p-1", "cancel"), RUNTIME),
+        ("a refusal, again", note(metadata={"x": 1}), RUNTIME, note(metadata={"x": 1.0}), RUNTIME),
+        (
+            "a refusal, then other content",
+            note(metadata={"x": 1}),
+            RUNTIME,
+            note(metadata={"x": 1.5}),
+            RUNTIME,
+        ),
+        (
+            "a refusal, then another principal",
+            note(reason="why"),
+            RUNTIME,
+            note(reason="why"),
+            RUNTIME_2,
+        ),
+    ]
+    pair_cases = []
+    for name, first, first_by, second, second_by in pairs:
+        run = _Run("pairs")
+        run.commit("create", payload={"machine": "run_state"})
+        first_outcome = run.propose(first, first_by)
+        second_outcome = run.propose(second, second_by)
+        reused = (
+            isinstance(second_outcome, Rejection)
+            and second_outcome.code is RejectionCode.PROPOSAL_ID_REUSED
+        )
+        if not reused:  # the first answer again
+            again = (
+                RejectionCode.DUPLICATE if isinstance(first_outcome, Commit) else first_outcome.code
+            )
+            assert isinstance(second_outcome, Rejection) and second_outcome.code is again
+        pair_cases.append(
+            {
+                "name": name,
+                "first": {"value": first.decode(), "principal": _principal(first_by)},
+                "second": {"value": second.decode(), "principal": _principal(second_by)},
+                "first_outcome": _outcome(first_outcome),
+                "second_outcome": _outcome(second_outcome),
+                "expect": "reused" if reused else "same",
+            }
+        )
+    return {"proposals": out, "pairs": pair_cases}
+
+
+def approvals() -> dict[str, Any]:
+    """Bound approvals (docs/wire.md §3): a run of run_state waiting in a pause, an
+    approver's decision for it, and what `decide` answers (`accepted`: committed)."""
+    alice_runs = Principal(source="alice", authority="runtime")
+    alice_approves = Principal(source="alice", authority="approver")
+
+    def paused(asker: Principal, pauses: int = 1) -> _Run:
+        run = _Run("approvals")
+        run.commit("create", payload={"machine": "run_state"})
+        run.commit("start")
+        for n in range(pauses):
+            if n:
+                payload = {"pause": run.snapshot.revision if run.snapshot else 0}
+                run.commit("approved", APPROVER, payload={**payload, "expires_at_ms": T0 * 2})
+            run.commit("need_approval", asker)
+        return run
+
+    def legacy() -> _Run:
+        """A run that entered its wait before pauses were recorded (no pause)."""
+        run = paused(RUNTIME)
+        assert run.snapshot is not None
+        run.snapshot = run.snapshot.model_copy(update={"pause": None})
+        return run
+
+    later = T0 + 3_600_000
+    # (name, run, event, payload, principal, broker time: None for the run's next)
+    cases: list[tuple[str, _Run, str, Any, Principal, int | None]] = [
+        (
+            "grant",
+            paused(RUNTIME),
+            "approved",
+            {"pause": 2, "expires_at_ms": later},
+            APPROVER,
+            None,
+        ),
+        ("deny", paused(RUNTIME), "rejected", {"pause": 2, "expires_at_ms": later}, APPROVER, None),
+        (
+            "an earlier pause",
+            paused(RUNTIME, 2),
+            "approved",
+            {"pause": 2, "expires_at_ms": later},
+            APPROVER,
+            None,
+        ),
+        (
+            "the second pause",
+            paused(RUNTIME, 2),
+            "approved",
+            {"pause": 4, "expires_at_ms": later},
+            APPROVER,
+            None,
+        ),
+        (
+            "a later pause",
+            paused(RUNTIME),
+            "approved",
+            {"pause": 3, "expires_at_ms": later},
+            APPROVER,
+            None,
+        ),
+        (
+            "expires at the broker time",
+            paused(RUNTIME),
+            "approved",
+            {"pause": 2, "expires_at_ms": T0 + 10_000},
+            APPROVER,
+            T0 + 10_000,
+        ),
+        (
+            "expires 1 ms after the broker time",
+            paused(RUNTIME),
+            "approved",
+            {"pause": 2, "expires_at_ms": T0 + 10_001},
+            APPROVER,
+            T0 + 10_000,
+        ),
+        (
+            "expired long ago",
+            paused(RUNTIME),
+            "rejected",
+            {"pause": 2, "expires_at_ms": 0},
+            APPROVER,
+            None,
+        ),
+        (
+            "asked and decided by one source",
+            paused(alice_runs),
+            "approved",
+            {"pause": 2, "expires_at_ms": later},
+            alice_approves,
+            None,
+        ),
+        (
+            "a denial by the asker's source",
+            paused(alice_runs),
+            "rejected",
+            {"pause": 2, "expires_at_ms": later},
+            alice_approves,
+            None,
+        ),
+        (
+            "another source",
+            paused(alice_runs),
+            "approved",
+            {"pause": 2, "expires_at_ms": later},
+            APPROVER,
+            None,
+        ),
+        (
+            "wrong pause and expired",
+            paused(RUNTIME),
+            "approved",
+            {"pause": 1, "expires_at_ms": 0},
+            APPROVER,
+            None,
+        ),
+        (
+            "wrong pause and self",
+            paused(alice_runs),
+            "approved",
+            {"pause": 3, "expires_at_ms": later},
+            alice_approves,
+            None,
+        ),
+        (
+            "expired and self",
+            paused(alice_runs),
+            "approved",
+            {"pause": 2, "expires_at_ms": 0},
+            alice_approves,
+            None,
+        ),
+        (
+            "no pause recorded: the run's revision",
+            legacy(),
+            "approved",
+            {"pause": 2, "expires_at_ms": later},
+            APPROVER,
+            None,
+        ),
+        (
+            "no pause recorded: another revision",
+            legacy(),
+            "approved",
+            {"pause": 1, "expires_at_ms": later},
+            APPROVER,
+            None,
+        ),
+        (
+            "the largest expiry",
+            paused(RUNTIME),
+            "approved",
+            {"pause": 2, "expires_at_ms": 9007199254740991},
+            APPROVER,
+            None,
+        ),
+        ("no expires_at_ms", paused(RUNTIME), "approved", {"pause": 2}, APPROVER, None),
+        ("no pause", paused(RUNTIME), "approved", {"expires_at_ms": later}, APPROVER, None),
+        (
+            "another field",
+            paused(RUNTIME),
+            "approved",
+            {"pause": 2, "expires_at_ms": later, "note": "ok"},
+            APPROVER,
+            None,
+        ),
+        (
+            "a negative pause",
+            paused(RUNTIME),
+            "approved",
+            {"pause": -1, "expires_at_ms": later},
+            APPROVER,
+            None,
+        ),
+        (
+            "a fractional expiry",
+            paused(RUNTIME),
+            "approved",
+            {"pause": 2, "expires_at_ms": later + 0.5},
+            APPROVER,
+            None,
+        ),
+        (
+            "a pause as text",
+            paused(RUNTIME),
+            "approved",
+            {"pause": "2", "expires_at_ms": later},
+            APPROVER,
+            None,
+        ),
+        (
+            "a pause as a boolean",
+            paused(RUNTIME),
+            "approved",
+            {"pause": True, "expires_at_ms": later},
+            APPROVER,
+            None,
+        ),
+        (
+            "a pause of null",
+            paused(RUNTIME),
+            "approved",
+            {"pause": None, "expires_at_ms": later},
+            APPROVER,
+            None,
+        ),
+    ]
+    out: list[dict[str, Any]] = []
+    machine = builtin_machines()["run_state"]
+    for name, run, event, payload, principal, at in cases:
+        snapshot = run.snapshot
+        assert snapshot is not None and snapshot.state == "waiting_approval"
+        if at is not None:
+            run.now = at
+        now = run.now
+        value = _proposal(run.run_id, f"decision-{len(out)}", event, payload=payload)
+        decision = run.propose(value, principal)
+        pause = snapshot.pause
+        out.append(
+            {
+                "name": name,
+                "run": {
+                    "state": snapshot.state,
+                    "revision": snapshot.revision,
+                    "pause": None
+                    if pause is None
+                    else {
+                        "revision": pause.revision,
+                        "asked_by": _principal(pause.asked_by),
+                        "at_ms": pause.at_ms,
+                    },
+                },
+                "event": event,
+                "approval": machine.spec.events[event].approval,
+                "payload": payload,
+                "principal": _principal(principal),
+                "broker_time": now,
+                "expect": "accepted" if isinstance(decision, Commit) else decision.code.value,
+            }
+        )
+    return {"machine": "run_state", "cases": out}
+
+
+def scopes() -> list[dict[str, Any]]:
+    """Which run ids a key's run id prefix reaches (docs/wire.md §4)."""
+    cases = [
+        ("team-a", "team-a"),
+        ("team-a", "team-a-7"),
+        ("team-a", "team-a/7"),
+        ("team-a", "team-ab-7"),
+        ("team-a", "team-a7"),
+        ("team-a", "team-"),
+        ("team-a/", "team-a/7"),
+        ("team-a/", "team-a"),
+        ("team-a-", "team-a-7"),
+        ("", "anything"),
+        ("t", "t.1"),
+        ("t", "t_1"),
+        ("t", "t:1"),
+        ("t", "t@1"),
+        ("t", "t#1"),
+        ("t", "t 1"),
+        ("t", "t+1"),
+        ("t", "T-1"),
+        ("é", "é-1"),
+        ("é", "éa"),
+        ("😀", "😀/1"),
+        ("e", "é"),
+    ]
+    return [
+        {"prefix": prefix, "run_id": run_id, "reaches": reaches(prefix, run_id)}
+        for prefix, run_id in cases
+    ]
 
 
 def render() -> dict[str, str]:
@@ -332,6 +786,9 @@ def render() -> dict[str, str]:
         "verifications.json": verifications(),
         "chain.json": chain(),
         "ed25519.json": ed25519(),
+        "digests.json": digests(),
+        "approvals.json": approvals(),
+        "scopes.json": scopes(),
     }
     return {
         name: json.dumps(data, indent=2, ensure_ascii=False) + "\n" for name, data in files.items()

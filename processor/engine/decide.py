@@ -1,11 +1,27 @@
 """`decide`: one proposal in, one outcome out. Pure: no I/O, no clock, deterministic.
 
-Checks run in this order and the first failure wins:
-schema_invalid (event payloads), unknown_run, unknown_machine, unauthorized (the
-signing key's scope), run_exists, duplicate, unknown_event, unauthorized (the event's
-authorities), revision_conflict, terminal_state, incompatible_version,
-deadline_passed, invalid_transition, reason_required, guard_failed, retries_exhausted,
-duplicate_step, checkpoint_too_large.
+Checks run in this order and the first failure wins (docs/wire.md §7 lists them with
+the intake's before them): unauthorized (the key's run id prefixes), then
+
+- `create`: schema_invalid (its payload), unknown_machine, unauthorized (the key's
+  machines, the continued run's prefix), unauthorized (a `timer:` id), the answer
+  already given (the first again, or proposal_id_reused) else run_exists when the run
+  exists, unauthorized (create authorities), limit_exceeded (the machine's ceilings),
+  checkpoint_too_large (a continuing create's checkpoint);
+- any other event: unknown_run, unauthorized (the key's machines), unknown_machine,
+  unauthorized (a borrowed `timer:` id), the answer already given (duplicate, the
+  remembered rejection, or proposal_id_reused); `migrate` and `forget` then go their
+  own way (`_decide_migrate`, `_decide_forget`); else unknown_event, schema_invalid
+  (the event's payload), unauthorized (the event's authorities), revision_conflict,
+  terminal_state, deadline_passed; then a heartbeat: invalid_transition, duplicate (a
+  replay); a checkpoint: invalid_transition, checkpoint_too_large; a step event:
+  invalid_transition, duplicate_step, step_in_progress, invalid_transition (see
+  `apply_step`); an edge: invalid_transition, reason_required, approval_wrong_pause,
+  approval_expired, self_approval, guard_failed, retries_exhausted.
+
+The pipeline refuses a commit whose records do not fit state_too_large. A refusal of an
+existing run after the answer check is remembered as the run's answer to the proposal
+id (`remembered`), but unknown_machine and duplicate (see processor/engine/answers.py).
 
 A run is decided all its life by the machine version that created it
 (`RunSnapshot.machine_version`); a version the catalog does not hold is refused
@@ -14,11 +30,11 @@ machine's migrate_authorities) moves a run to another version of its machine, re
 `incompatible_version` when the run's state, or the event of a deadline it has pending,
 does not exist there.
 
-`duplicate` is checked as soon as the run is known rather than last: a client that
-resends a committed proposal must get the original answer, not a fresh verdict
+The answer already given is checked as soon as the run is known rather than last: a
+client that resends a proposal must get the original answer, not a fresh verdict
 computed against a newer state (which would usually be `revision_conflict`). A run
-remembers every proposal it committed for its whole life: the snapshot keeps the latest
-few, and `seen` (the caller's store) answers for the rest.
+remembers every proposal id it answered for its whole life: the snapshot keeps the
+latest few commits, and `seen` (the caller's store) answers for the rest.
 
 A finished run is forgotten by `forget`, which the worker's retention timer proposes
 once the machine's `retention_ms` has passed since the run finished: the decision is a

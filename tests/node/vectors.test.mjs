@@ -6,13 +6,17 @@ import { test } from 'node:test';
 import kafkajs from 'kafkajs';
 
 import {
-  authenticate, canonicalText, canonicalize, checkChain, ed25519PublicHex, loadKeyring,
-  loadSigningKey, murmur2, partitionFor, sha256Hex, sign, signedBase, transitionHash, verifyEd25519,
+  approvalOutcome, authenticate, canonicalText, canonicalize, checkChain, ed25519PublicHex,
+  loadKeyring, loadSigningKey, murmur2, partitionFor, prefixReaches, proposalDigest, scopeAllows,
+  sha256Hex, sign, signedBase, transitionHash, verifyEd25519,
 } from './wire.mjs';
 
 const VECTORS = new URL('../../docs/vectors/', import.meta.url);
 const load = (name) => JSON.parse(readFileSync(new URL(name, VECTORS), 'utf8'));
-const KNOWN = ['chain.json', 'ed25519.json', 'partitions.json', 'signatures.json', 'verifications.json'];
+const KNOWN = [
+  'approvals.json', 'chain.json', 'digests.json', 'ed25519.json', 'partitions.json', 'scopes.json',
+  'signatures.json', 'verifications.json',
+];
 
 test('every vector file is checked here', () => {
   const files = readdirSync(VECTORS).filter((f) => f.endsWith('.json')).sort();
@@ -172,3 +176,59 @@ test('RFC 8785 numbers and strings as §6 lists them', () => {
   assert.equal(canonicalize({ '\ue000': 1, '😀': 2, a: 3, B: 4, é: 5, '': 6 }), '{"":6,"B":4,"a":3,"é":5,"😀":2,"\ue000":1}');
   assert.throws(() => canonicalize(JSON.parse('"\\ud800"')));
 });
+
+// ------------------------------------------------------------------ digests.json (§3)
+
+const digests = load('digests.json');
+
+for (const [i, c] of digests.proposals.entries()) {
+  test(`digest ${i}: ${c.name}`, () => {
+    const proposal = JSON.parse(c.value);
+    const content = [
+      proposal.event, proposal.reason ?? null, proposal.payload ?? {}, proposal.metadata ?? {},
+      c.principal.source, c.principal.authority,
+    ];
+    assert.equal(canonicalize(content), c.canonical, 'RFC 8785 text of the content');
+    assert.equal(sha256Hex(Buffer.from(c.canonical, 'utf8')), c.digest, 'digest = sha256(canonical)');
+    assert.equal(proposalDigest(proposal, c.principal), c.digest);
+  });
+}
+
+for (const [i, c] of digests.pairs.entries()) {
+  test(`same proposal ${i}: ${c.name} → ${c.expect}`, () => {
+    const [first, second] = [c.first, c.second].map((p) => proposalDigest(JSON.parse(p.value), p.principal));
+    assert.equal(first === second ? 'same' : 'reused', c.expect);
+    assert.equal(JSON.parse(c.first.value).proposal_id, JSON.parse(c.second.value).proposal_id);
+  });
+}
+
+test('digest vectors hold both kinds of pair', () => {
+  assert.deepEqual(new Set(digests.pairs.map((c) => c.expect)), new Set(['same', 'reused']));
+});
+
+// ------------------------------------------------------------------ approvals.json (§3)
+
+const approvals = load('approvals.json');
+
+for (const [i, c] of approvals.cases.entries()) {
+  test(`approval ${i}: ${c.name} → ${c.expect}`, () => {
+    assert.ok(c.approval === 'grant' || c.approval === 'deny', 'an approval decision event');
+    assert.equal(approvalOutcome(c.run, c.payload, c.principal, c.broker_time), c.expect);
+  });
+}
+
+test('approval vectors hold every outcome', () => {
+  assert.deepEqual(
+    new Set(approvals.cases.map((c) => c.expect)),
+    new Set(['accepted', 'approval_wrong_pause', 'approval_expired', 'self_approval', 'schema_invalid']),
+  );
+});
+
+// ------------------------------------------------------------------ scopes.json (§4)
+
+for (const [i, c] of load('scopes.json').entries()) {
+  test(`scope ${i}: ${JSON.stringify(c.prefix)} ${c.reaches ? 'reaches' : 'does not reach'} ${JSON.stringify(c.run_id)}`, () => {
+    assert.equal(prefixReaches(c.prefix, c.run_id), c.reaches);
+    assert.equal(scopeAllows({ run_prefixes: [c.prefix] }, 'm', c.run_id), c.reaches);
+  });
+}

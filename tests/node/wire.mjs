@@ -370,11 +370,57 @@ export function authenticate(keyring, record) {
   return { code: 'ok', key };
 }
 
+/** The characters a run id prefix ends on (§4). */
+export const SCOPE_SEPARATORS = '-_.:/@#';
+
+/** Does run id prefix `prefix` reach `runId` (§4)? On a separator boundary only. */
+export function prefixReaches(prefix, runId) {
+  if (!runId.startsWith(prefix)) return false;
+  return runId.length === prefix.length || prefix === ''
+    || SCOPE_SEPARATORS.includes(prefix.at(-1)) || SCOPE_SEPARATORS.includes(runId[prefix.length]);
+}
+
 /** A key's scope (§4): may it act on this machine and run id? Absent/null = no limit. */
 export function scopeAllows(key, machine, runId) {
   if (key.machines != null && !key.machines.includes(machine)) return false;
-  if (key.run_prefixes != null && !key.run_prefixes.some((p) => runId.startsWith(p))) return false;
+  if (key.run_prefixes != null && !key.run_prefixes.some((p) => prefixReaches(p, runId))) return false;
   return true;
+}
+
+// ---------------------------------------------------------------- §3 the same proposal, approvals
+
+/**
+ * The content digest of a proposal (§3): hex SHA-256 of the RFC 8785 text of
+ * [event, reason, payload, metadata, principal.source, principal.authority], with an
+ * absent reason as null and an absent payload or metadata as {}. `proposal` is the value
+ * as JSON.parse returns it; `principal` what the signing key proves.
+ */
+export function proposalDigest(proposal, principal) {
+  const content = [
+    proposal.event, proposal.reason ?? null, proposal.payload ?? {}, proposal.metadata ?? {},
+    principal.source, principal.authority,
+  ];
+  return sha256Hex(Buffer.from(utf8.encode(canonicalize(content))));
+}
+
+const isCount = (v) => Number.isSafeInteger(v) && v >= 0;
+
+/**
+ * An approver's decision (an event with `approval: grant | deny`, §3) against the run's
+ * pause: 'accepted', or the code it is refused with. `run` = {revision, pause: {revision,
+ * asked_by: {source, authority}} | null}; `payload` as parsed; `brokerTime` the record's
+ * broker timestamp (ms).
+ */
+export function approvalOutcome(run, payload, principal, brokerTime) {
+  const names = Object.keys(payload ?? {}).sort();
+  if (names.join() !== 'expires_at_ms,pause' || !isCount(payload.pause) || !isCount(payload.expires_at_ms)) {
+    return 'schema_invalid';
+  }
+  const pause = run.pause ?? null;
+  if (payload.pause !== (pause === null ? run.revision : pause.revision)) return 'approval_wrong_pause';
+  if (payload.expires_at_ms <= brokerTime) return 'approval_expired';
+  if (pause !== null && pause.asked_by.source === principal.source) return 'self_approval';
+  return 'accepted';
 }
 
 // ---------------------------------------------------------------- §6 RFC 8785, hash chain
