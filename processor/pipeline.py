@@ -220,7 +220,9 @@ def decide_admitted(
     )
     if isinstance(decision, Commit):
         fitted = fit_commit(decision, current, max_state_bytes, commit_limits)
-        if isinstance(fitted, Rejection):  # decided, so the run's answer like any refusal
+        if isinstance(fitted, Rejection) and current is not None:
+            # Decided, so the run's answer like any refusal; a creation refused is no
+            # run's answer (the run does not exist: nothing may take its ids early).
             return remembered(fitted, digest_of(proposal, credential.principal))
         return fitted
     return decision

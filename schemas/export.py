@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from schemas.machine import MachineSpec
 from schemas.messages import (
+    ApprovalPayload,
     CheckpointPayload,
     CreatePayload,
     DeadLetter,
@@ -35,6 +36,7 @@ EXPORTED: dict[str, type[BaseModel]] = {
     "run_snapshot": RunSnapshot,
     "machine_spec": MachineSpec,
     "dead_letter": DeadLetter,
+    "payload.approval": ApprovalPayload,
     "payload.create": CreatePayload,
     "payload.fact": FactPayload,
     "payload.step_started": StepStartedPayload,

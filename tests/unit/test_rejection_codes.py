@@ -555,3 +555,36 @@ def test_incompatible_version() -> None:
     refused = run.refuse("migrate", payload={"version": v2.version}, scope=OPERATOR)
     assert refused.code is RejectionCode.INCOMPATIBLE_VERSION
     assert "state 'waiting_approval' does not exist" in refused.detail
+
+
+def test_a_creation_refused_is_no_runs_answer() -> None:
+    """A `create` refused for its size leaves nothing behind: the run does not exist, so
+    its proposal id is no one's yet (else a key could take a run's ids before it is)."""
+    snapshots: dict[str, RunSnapshot] = {}
+
+    def send(proposal_id: str, event: str, **fields: object) -> object:
+        body = {"proposal_id": proposal_id, "run_id": "r1", "event": event, **fields}
+        value = json.dumps(body).encode()
+        outcome = decide_record(
+            b"r1",
+            value,
+            _signed(value),
+            NOW,
+            topic=TOPIC,
+            keyring=KEYRING,
+            machines=builtin_machines(),
+            lookup=snapshots.get,
+            seen=lambda _run, _proposal: None,
+            placement=None,
+            max_state_bytes=2_000,
+        )
+        if isinstance(outcome, Commit):
+            snapshots["r1"] = outcome.snapshot
+        return outcome
+
+    big = send("x", "create", payload={"machine": "run_state"}, metadata={"blob": "x" * 3_000})
+    assert isinstance(big, Rejection) and big.code is RejectionCode.STATE_TOO_LARGE
+    assert big.content_digest is None
+    assert isinstance(send("y", "create", payload={"machine": "run_state"}), Commit)
+    stale = send("z", "start", expected_revision=5)
+    assert isinstance(stale, Rejection) and stale.content_digest is not None
