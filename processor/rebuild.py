@@ -1,5 +1,6 @@
 """Rebuild from the transitions topic: a worker's partition stores (and the changelog),
-or one run as it stood at a time or offset.
+or one run as it stood at a time or offset. The refusals runs remember come from the
+rejections topic.
 
 The Kafka side of `runstate replay` and `runstate get --at`: read the transitions,
 decide each again with the pure `processor.replay.apply_transitions`, then write the
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
+from pydantic import ValidationError
 
 from processor.config import KafkaSettings
 from processor.engine import Machine
@@ -25,6 +27,7 @@ from processor.engine.lint import FORGET_EVENT
 from processor.outputs import (
     INDEX_HEADER,
     REVISION_HEADER,
+    answer_changelog_key,
     history_changelog_key,
     revision_header,
     snapshot_index,
@@ -34,7 +37,7 @@ from processor.readback import offset_for_time, read_partition
 from processor.replay import Replayed, ReplayProblem, apply_heartbeats, apply_transitions
 from processor.runtime.statedir import StateDir
 from processor.topics import TopicDefaults, TopicNames, provision_topics
-from schemas.messages import Heartbeat, RunSnapshot, Transition
+from schemas.messages import Heartbeat, Rejection, RunSnapshot, Transition
 
 log = logging.getLogger("runstate.rebuild")
 
@@ -99,6 +102,21 @@ class StoreRebuild:
     def _heartbeats(self, p: int, first_ms: int | None) -> list[Heartbeat]:
         return _read_heartbeats(self.settings, self.topics.heartbeats, p, first_ms)
 
+    def _answers(
+        self, p: int, first_ms: int | None, snapshots: Mapping[str, RunSnapshot]
+    ) -> list[tuple[bytes, bytes, str, bytes]]:
+        """The refusals the live runs remember (the rejections topic's records with a
+        `content_digest`, from their run's current life), as changelog records."""
+        out = []
+        for rejection, raw in _read_rejections(self.settings, self.topics.rejections, p, first_ms):
+            run_id, proposal_id = rejection.run_id, rejection.proposal_id
+            snapshot = None if run_id is None else snapshots.get(run_id)
+            if rejection.content_digest is None or snapshot is None or proposal_id is None:
+                continue
+            if rejection.at_ms >= snapshot.created_at_ms:
+                out.append((answer_changelog_key(snapshot.run_id, proposal_id), raw, "", b""))
+        return out
+
     def partition(self, p: int) -> PartitionRebuilt:
         """Replay partition `p`'s transitions onto its store (emptied, or as it is when
         continuing from `since_ms`), republish the snapshots of the runs that changed to
@@ -150,6 +168,7 @@ class StoreRebuild:
                         snapshot_index(snapshot),
                     )
                 )
+            out += self._answers(p, since, result.snapshots)
             changelog_end = _republish(self.producer, topics.changelog, p, out)
             offsets = {} if changelog_end is None else {topics.changelog: changelog_end}
             store.restore([(key, value, header) for key, value, _, header in out], offsets)
@@ -171,6 +190,25 @@ def _read_heartbeats(
         log.warning("heartbeats not read from %s[%d]: %s", topic, partition, exc)
         return []
     return [Heartbeat.model_validate_json(r.value) for r in records if r.value is not None]
+
+
+def _read_rejections(
+    settings: KafkaSettings, topic: str, partition: int, since_ms: int | None
+) -> list[tuple[Rejection, bytes]]:
+    """The rejections topic's records in `partition` (from `since_ms`), as published."""
+    try:
+        first = 0 if since_ms is None else offset_for_time(settings, topic, partition, since_ms)
+        records = read_partition(settings, topic, partition, first)
+    except KafkaException as exc:
+        log.warning("rejections not read from %s[%d]: %s", topic, partition, exc)
+        return []
+    found = []
+    for r in records:
+        try:
+            found.append((Rejection.model_validate_json(r.value or b""), r.value or b""))
+        except ValidationError:
+            continue  # not one (a record by hand): nothing to remember
+    return found
 
 
 @contextmanager
@@ -212,7 +250,7 @@ def _republish(
     producer: Producer, topic: str, partition: int, records: list[tuple[bytes, bytes, str, bytes]]
 ) -> int | None:
     """Write (key, value, header name, header value) records to the changelog in one
-    transaction; the next offset after."""
+    transaction (no header where its name is empty); the next offset after."""
     if not records:
         return None
     last = [-1]
@@ -228,7 +266,7 @@ def _republish(
             key=key,
             value=value,
             partition=partition,
-            headers=[(header, header_value)],
+            headers=[(header, header_value)] if header else None,
             on_delivery=delivered,
         )
         producer.poll(0)

@@ -40,6 +40,20 @@ def _run_workload(env: Env, runs: int = 300, proposals: int = 3_000) -> None:
         assert worker.terminate() == 0, worker.log()
 
 
+def _answers(env: Env) -> dict[bytes, bytes]:
+    """The changelog's answer records of live runs (key -> the rejection), the latest per key."""
+    from processor.config import KafkaSettings
+    from processor.outputs import ANSWER_CHANGELOG_PREFIX
+    from processor.readback import read_partitions
+
+    found: dict[bytes, bytes] = {}
+    for records in read_partitions(KafkaSettings(env.bootstrap), env.topics.changelog).values():
+        for r in records:
+            if r.key is not None and r.key.startswith(ANSWER_CHANGELOG_PREFIX) and r.value:
+                found[r.key] = r.value
+    return found
+
+
 def _delete_topic(admin: AdminClient, topic: str) -> None:
     for future in admin.delete_topics([topic], operation_timeout=30).values():
         future.result()
@@ -56,6 +70,8 @@ def test_replay_rebuilds_identical_snapshots_without_state_or_changelog(
     _run_workload(env)
     before = published(env).snapshots
     assert len(before) == 300
+    answers = _answers(env)
+    assert answers  # the workload's mistakes: refusals the runs remember
     shutil.rmtree(env.tmp / "w1")
     _delete_topic(admin, env.topics.changelog)
 
@@ -63,6 +79,7 @@ def test_replay_rebuilds_identical_snapshots_without_state_or_changelog(
     assert result.returncode == 0, result.stdout + result.stderr
     assert "stores rebuilt" in result.stdout
     assert published(env).snapshots == before  # the changelog is back, identical
+    assert _answers(env) == answers  # and the runs' answers to refused ids, from the rejections
 
     worker = WorkerProcess(env, env.tmp / "w1")
     try:
