@@ -161,11 +161,15 @@ class MachineSpec(VersionedMessage):
     )
     timeouts: list[TimeoutSpec] = Field(default_factory=list)
     alerts: list[AlertSpec] = Field(default_factory=list)
-    concurrent_steps: bool = Field(
-        default=False,
-        description="Whether a run may have several steps executing at once; else a "
-        "step starts only when none is executing.",
+    concurrent_steps: bool | None = Field(
+        default=None,
+        description="Whether a run may have several steps executing at once (true) or one "
+        "at a time (false); either way an executing step is not started again until it is "
+        "settled. Absent, as in versions written before it: neither rule (a version "
+        "decides as it always did).",
     )
-    ceilings: Ceilings = Field(
-        default_factory=Ceilings, description="Bounds on the limits a run's creator chooses."
+    ceilings: Ceilings | None = Field(
+        default=None,
+        description="Bounds on the limits a run's creator chooses (`{}`: the defaults). "
+        "Absent, as in versions written before it: none.",
     )

@@ -1112,6 +1112,8 @@ def _unbound_approval(
 def _over_ceilings(machine: Machine, create: CreatePayload) -> str | None:
     """Why a creation's chosen limits are beyond the machine's ceilings, if they are."""
     ceilings = machine.spec.ceilings
+    if ceilings is None:  # a version written before ceilings: it had none
+        return None
     options = create.options
     if options.max_retries is not None and options.max_retries > ceilings.max_retries:
         return f"max_retries {options.max_retries} is over the ceiling {ceilings.max_retries}"

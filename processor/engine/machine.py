@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from processor.engine.lint import CHECKPOINT_EVENT, HEARTBEAT_EVENT, LintIssue, lint
 from processor.engine.steps import STEP_PAYLOADS
-from schemas.machine import Ceilings, EventSpec, Guard, MachineSpec, RetryPolicy, TransitionSpec
+from schemas.machine import EventSpec, Guard, MachineSpec, RetryPolicy, TransitionSpec
 from schemas.messages import ApprovalPayload, CheckpointPayload, FactPayload
 
 
@@ -98,10 +98,7 @@ def version_of(spec: MachineSpec) -> str:
 #: Fields machine specs gained after versions were first published, each with the value
 #: that means what a spec without it meant: left out of the digest at that value, so
 #: that every version published before keeps its digest (and its runs their machine).
-_LATER_FIELDS = {
-    "concurrent_steps": False,
-    "ceilings": Ceilings().model_dump(mode="json"),
-}
+_LATER_FIELDS: dict[str, object] = {"concurrent_steps": None, "ceilings": None}
 _LATER_EVENT_FIELDS = {"approval": None}
 _LATER_TIMEOUT_FIELDS = {"remind_before_ms": None, "grace_ms": None}
 

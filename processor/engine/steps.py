@@ -5,7 +5,9 @@ again; a succeeded one never (the refusal carries its stored result instead); an
 executing one not until it is settled: its outcome is unknown until the agent says what
 it found (`step_failed` after a crash, once it checked the outside world), so starting
 it again under any key could run the side effect twice. A step starts only while no
-other is executing, unless the machine declares `concurrent_steps`.
+other is executing, unless the machine declares `concurrent_steps: true`. A machine
+version written before `concurrent_steps` (the field absent) keeps the rule it was
+written with: any step not succeeded may be started again, beside any other.
 """
 
 from typing import Any
@@ -33,9 +35,11 @@ StepRefusal = tuple[RejectionCode, str, Any]
 
 
 def apply_step(
-    snapshot: RunSnapshot, event: str, payload: Any, *, concurrent: bool = False
+    snapshot: RunSnapshot, event: str, payload: Any, *, concurrent: bool | None = False
 ) -> StepRecord | StepRefusal:
-    """The step's next ledger entry, or why the event is refused."""
+    """The step's next ledger entry, or why the event is refused. `concurrent`: the
+    machine's `concurrent_steps`; None (a version written before it) keeps that
+    version's rule: any step may be started again, beside any other."""
     step: str = payload.step
     record = snapshot.steps.get(step)
     revision = snapshot.revision + 1
@@ -46,7 +50,7 @@ def apply_step(
             "use its stored result instead of running it again",
             record.result,
         )
-    if isinstance(payload, StepStartedPayload):
+    if isinstance(payload, StepStartedPayload) and concurrent is not None:
         if record is not None and record.status is StepStatus.EXECUTING:
             return (
                 RejectionCode.STEP_IN_PROGRESS,
@@ -66,6 +70,7 @@ def apply_step(
                 "step at a time; settle it first",
                 None,
             )
+    if isinstance(payload, StepStartedPayload):
         return StepRecord.trusted(
             dict(
                 status=StepStatus.EXECUTING,

@@ -123,6 +123,7 @@ def _generated_machine(draw: st.DrawFn) -> MachineSpec | None:
         "step_states": draw(st.lists(st.sampled_from(work), min_size=1, unique=True)),
         "concurrent_steps": draw(st.booleans()),
         "create_authorities": ["runtime"],
+        "ceilings": {},
         "timeouts": [{"kind": "approval", "state": "wait", "event": "abort", "after_ms": 60_000}],
     }
     machine = MachineSpec.model_validate_json(json.dumps(spec))

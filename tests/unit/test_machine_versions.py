@@ -12,7 +12,7 @@ from processor.engine import Commit
 from processor.engine.machine import Catalog, Machine, version_of
 from processor.engine.parse import parse_machine
 from processor.engine.scope import Scope
-from processor.machines import builtin_machines, builtin_source
+from processor.machines import builtin_history, builtin_machines, builtin_source, load_catalog
 from processor.replay import apply_transitions
 from schemas.codes import RejectionCode
 from schemas.messages import Rejection
@@ -55,7 +55,9 @@ def test_a_version_is_the_digest_of_the_specs_rfc8785_json() -> None:
     content = spec.model_dump(mode="json", by_alias=True)
     # Fields machines gained after versions were first published are left out at their
     # defaults: every version published before keeps its digest.
-    del content["concurrent_steps"], content["ceilings"]
+    for name in ("concurrent_steps", "ceilings"):
+        if content[name] is None:
+            del content[name]
     for event in content["events"].values():
         if event["approval"] is None:
             del event["approval"]
@@ -225,3 +227,27 @@ def test_only_an_operators_key_migrates_a_run(
 
 def _frozen(machines: list[str] | None) -> frozenset[str] | None:
     return None if machines is None else frozenset(machines)
+
+
+def test_logs_written_by_earlier_builtin_versions_still_replay() -> None:
+    """A run pinned to a built-in version shipped before the contract's later rules is
+    decided as it always was (no approval payload, steps restarted while executing or
+    run side by side, no ceilings), and its transitions replay under today's catalog,
+    which holds that version among the built-ins' history."""
+    catalog = load_catalog()
+    old = next(
+        m
+        for m in builtin_history()
+        if m.name == "task_lifecycle" and m.spec.concurrent_steps is None
+    )
+    run = Driver(machines=Catalog([old]), run_id="old-1")
+    run.create("task_lifecycle", max_retries=10**6)
+    run.commit("start")
+    run.commit("step_started", payload={"step": "refund", "idempotency_key": "k1"})
+    run.commit("step_started", payload={"step": "refund", "idempotency_key": "k2"})
+    run.commit("step_started", payload={"step": "email", "idempotency_key": "k3"})
+    run.commit("pause_for_approval")
+    run.commit("approval_granted", APPROVER)
+    run.commit("complete")
+    replayed = apply_transitions(catalog, [(t, None) for t in run.history])
+    assert replayed.problems == [] and replayed.snapshots["old-1"] == run.snapshot
