@@ -294,13 +294,6 @@ def outcome_run_id(outcome: Outcome) -> str | None:
     return getattr(outcome, "run_id", None)
 
 
-def refusal_answer(rejection: Rejection) -> Answer | None:
-    """The answer a refusal leaves its run, when the run remembers it."""
-    if rejection.content_digest is None or rejection.run_id is None:
-        return None
-    return Answer(None, rejection.content_digest, rejection)
-
-
 def _shown(key: bytes) -> str:
     """A record key for a message: its text when it is short UTF-8, else its size."""
     if len(key) <= 300:
@@ -318,13 +311,17 @@ class RunsInMemory:
     keeps them. Hand `lookup` and `seen` to `decide_record`, then `apply` its outcome."""
 
     snapshots: dict[str, RunSnapshot] = field(default_factory=dict)
-    answers: dict[tuple[str, str], Answer] = field(default_factory=dict)
+    #: (run, proposal id) -> the transition that committed it, or the refusal remembered
+    answers: dict[tuple[str, str], Transition | Rejection] = field(default_factory=dict)
 
     def lookup(self, run_id: str) -> RunSnapshot | None:
         return self.snapshots.get(run_id)
 
     def seen(self, run_id: str, proposal_id: str) -> Answer | None:
-        return self.answers.get((run_id, proposal_id))
+        found = self.answers.get((run_id, proposal_id))
+        if isinstance(found, Transition):  # its digest when asked, as a store does
+            return Answer(found.revision, committed_digest(found))
+        return None if found is None else Answer(None, found.content_digest, found)
 
     def apply(self, outcome: Outcome) -> None:
         if isinstance(outcome, Forget):  # the run and its dedupe memory go
@@ -335,10 +332,8 @@ class RunsInMemory:
             return
         if isinstance(outcome, Commit):
             t = outcome.transition
-            self.answers[(t.run_id, t.proposal_id)] = Answer(t.revision, committed_digest(t))
-        elif isinstance(outcome, Rejection):
-            answer = refusal_answer(outcome)
-            if answer is not None:
-                self.answers[(outcome.run_id or "", outcome.proposal_id or "")] = answer
+            self.answers[(t.run_id, t.proposal_id)] = t
+        elif isinstance(outcome, Rejection) and outcome.content_digest is not None:
+            self.answers[(outcome.run_id or "", outcome.proposal_id or "")] = outcome
         if isinstance(outcome, Commit | Beat):
             self.snapshots[outcome.snapshot.run_id] = outcome.snapshot

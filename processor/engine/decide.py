@@ -189,15 +189,17 @@ def decide(
     borrowed = _borrowed_timer_id(proposal, principal)
     if borrowed:
         return _reject(Code.UNAUTHORIZED, borrowed, proposal, principal, snapshot, now_ms)
-    digest = digest_of(proposal, principal)
     answer = _answer(snapshot, proposal.proposal_id, seen)
     if answer is not None:
+        digest = digest_of(proposal, principal)
         return _answered_again(proposal, principal, snapshot, answer, digest, now_ms)
     decision = _decide_event(
         machines, machine, snapshot, proposal, principal, now_ms, signed_at_ms, scope
     )
+    # The digest only where it is kept: a commit's is its transition's, recomputed when
+    # asked (answers.committed_digest).
     if isinstance(decision, Rejection) and decision.code not in _NOT_AN_ANSWER:
-        return remembered(decision, digest)
+        return remembered(decision, digest_of(proposal, principal))
     return decision
 
 

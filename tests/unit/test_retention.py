@@ -6,7 +6,6 @@ from pathlib import Path
 import pytest
 
 from processor.engine import Commit, Forget
-from processor.engine.answers import Answer
 from processor.engine.parse import parse_machine
 from processor.machines import builtin_machines, builtin_source
 from processor.pipeline import RunsInMemory
@@ -79,7 +78,7 @@ def test_forgetting_drops_the_run_and_its_dedupe_memory_and_replays() -> None:
     runs = RunsInMemory()
     for t in run.history:
         runs.snapshots[t.run_id] = run.snapshot  # (as a store holds it)
-        runs.answers[(t.run_id, t.proposal_id)] = Answer(t.revision, None)
+        runs.answers[(t.run_id, t.proposal_id)] = t
     runs.apply(forget)
     assert runs.lookup("run-7") is None and runs.answers == {}
     # the transitions replay to nothing left of the run; a later run of the same id
