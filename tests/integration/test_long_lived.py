@@ -213,8 +213,8 @@ V1_TEXT = (
 V2_TEXT = "\n".join(
     line
     for line in V1_TEXT.replace(
-        "approval_granted: {authorities: [approver]}",
-        "approval_granted: {authorities: [tool_executor]}",
+        "approval_granted: {authorities: [approver], approval: grant}",
+        "approval_granted: {authorities: [tool_executor], approval: grant}",
     )
     .replace("paused, blocked, retrying", "paused, retrying")
     .replace("name: deploy_task", "name: deploy_task\nlabel: tools approve")
@@ -271,9 +271,9 @@ def test_a_machine_edited_between_two_deploys(env: Env, runtime: str) -> None:
         try:
             second.wait_ready(partitions=3)
             # old-1 is decided by the version it was created with: approvers approve
-            refused = tool.propose_and_wait("old-1", "approval_granted")
+            refused = tool.decide("old-1", pause=paused.revision)
             assert isinstance(refused, Rejection) and refused.code is RejectionCode.UNAUTHORIZED
-            approved = approver.propose_and_wait("old-1", "approval_granted")
+            approved = approver.decide("old-1", pause=paused.revision)
             assert isinstance(approved, Transition), approved
             assert approved.machine_version == v1.machine_version
             # a new run gets the new version: tools approve
@@ -281,10 +281,11 @@ def test_a_machine_edited_between_two_deploys(env: Env, runtime: str) -> None:
             assert isinstance(new, Transition) and new.machine_version != v1.machine_version
             v2 = new.machine_version
             agent.propose_and_wait("new-1", "start")
-            agent.propose_and_wait("new-1", "pause_for_approval")
-            no = approver.propose_and_wait("new-1", "approval_granted")
+            new_pause = agent.propose_and_wait("new-1", "pause_for_approval")
+            assert isinstance(new_pause, Transition)
+            no = approver.decide("new-1", pause=new_pause.revision)
             assert isinstance(no, Rejection) and no.code is RejectionCode.UNAUTHORIZED
-            assert isinstance(tool.propose_and_wait("new-1", "approval_granted"), Transition)
+            assert isinstance(tool.decide("new-1", pause=new_pause.revision), Transition)
             # migrate: old-2 (running) moves; old-3 (blocked: gone in v2) is refused
             moved = operator.propose_and_wait("old-2", "migrate", payload={"version": v2})
             assert isinstance(moved, Transition) and moved.machine_version == v2, moved

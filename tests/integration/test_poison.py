@@ -33,7 +33,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ConfigResource,
 )
 
-from processor.client import OutcomeTimeout, RunstateClient
+from processor.client import OutcomeTimeout, RunstateClient, approval_payload
 from processor.config import KafkaSettings
 from processor.partitioning import murmur2, partition_for
 from processor.readback import read_topics
@@ -544,7 +544,9 @@ def test_approval_produced_late_while_no_worker_ran_is_refused_deadline_passed(e
 
         while int(time.time() * 1000) < due + 500:
             time.sleep(0.1)
-        proposal_id = approver.propose(run_id, "approval_granted")
+        proposal_id = approver.propose(
+            run_id, "approval_granted", payload=approval_payload(paused.revision)
+        )
         approver.flush()
 
         restarted = _worker(env, "w1")
