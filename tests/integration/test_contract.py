@@ -285,8 +285,19 @@ def test_an_approval_answers_its_own_pause_in_time_from_another_principal(world:
         pause = world.snapshot("bound-1").pause
         assert pause is not None and pause.revision == second.revision
         assert pause.asked_by.source == "runtime"
-        granted = approver.decide("bound-1", pause=second.revision)
+        # The SDK's decision reads the pause from the run's snapshot.
+        reading = RunstateClient(
+            KafkaSettings(world.env.bootstrap),
+            world.env.topics,
+            signing_key=world.env.signing_key("approver"),
+            worker_urls=[world.worker.url],
+        )
+        try:
+            granted = reading.decide("bound-1")
+        finally:
+            reading.close()
         assert isinstance(granted, Transition) and granted.to_state == "running", granted
+        assert granted.payload["pause"] == second.revision, granted.payload
     finally:
         for client in (runtime, approver, asker_approves):
             client.close()
