@@ -395,8 +395,13 @@ def test_poison_records_are_set_aside_and_the_partition_goes_on(
         )
         assert len(snapshot.model_dump_json()) <= MAX_STATE_BYTES
         served += _follow_ups(client, worker, p, "c: state too large")
+        # the run goes on: the step whose result did not fit is settled, then it completes
+        settled = _committed(
+            client, grow, "step_failed", payload={"step": step, "error": "result too large"}
+        )
+        assert settled.revision == last.revision + 1, f"[c] {settled}"
         done = _committed(client, grow, "complete")
-        assert (done.to_state, done.revision) == ("done", last.revision + 1), f"[c] {done}"
+        assert (done.to_state, done.revision) == ("done", last.revision + 2), f"[c] {done}"
         served.append(grow)
 
         # d. a signed create whose run_id starts with the fired-marks prefix "\0fired\0"
