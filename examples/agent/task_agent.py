@@ -7,8 +7,9 @@ recorded in the run's step ledger before and after it runs, and the agent's work
 notes go into the run's checkpoint. Started again after a crash, the agent reads the
 run's resume view and goes on from there: completed steps are not run again (their
 results come back from the ledger), a step left `executing` (outcome unknown) is
-checked, then run again under the same idempotency key, and the notes are read back
-from the checkpoint.
+checked and settled with what was found (succeeded with the result found, or failed,
+then run again under the same idempotency key: an executing step is never started
+twice), and the notes are read back from the checkpoint.
 
 `--crash-in STEP` kills the process (SIGKILL, no cleanup) while STEP runs, to show it.
 
@@ -53,10 +54,11 @@ async def do_step(name: str, notes: dict[str, object]) -> dict[str, object]:
     return {"notified": True}
 
 
-async def already_done(client: AsyncRunstateClient, key: str) -> bool:
-    """A step left `executing` by a crash: did its effect happen? A real agent asks the
-    system the step called, by the idempotency key; this one knows it did not."""
-    return False
+async def already_done(client: AsyncRunstateClient, key: str) -> dict[str, object] | None:
+    """A step left `executing` by a crash: did its effect happen, and with what result?
+    A real agent asks the system the step called, by the idempotency key; this one knows
+    it did not."""
+    return None
 
 
 async def live(client: AsyncRunstateClient, run_id: str, crash_in: str | None) -> None:
@@ -82,8 +84,23 @@ async def live(client: AsyncRunstateClient, run_id: str, crash_in: str | None) -
         if step in view.completed:
             notes[step] = view.completed[step].result
             continue
-        if step in view.executing and await already_done(client, key):
-            continue  # (a real agent would record the result it found)
+        if step in view.executing:  # settle it with what the outside world says
+            found = await already_done(client, key)
+            if found is not None:
+                await client.propose_and_wait(
+                    run_id,
+                    "step_succeeded",
+                    payload={"step": step, "result": found},
+                    raise_on_rejection=True,
+                )
+                notes[step] = found
+                continue
+            await client.propose_and_wait(
+                run_id,
+                "step_failed",
+                payload={"step": step, "error": "interrupted by a crash; not done"},
+                raise_on_rejection=True,
+            )
         await client.propose_and_wait(
             run_id,
             "step_started",

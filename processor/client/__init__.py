@@ -10,6 +10,10 @@
 importable from here: the clients, the messages (`Transition`, `Rejection`, `Heartbeat`,
 `RunSnapshot`, `RejectionCode`), the key and connection settings, the errors.
 
+An approver decides a run's approval wait with `decide(run_id, grant=...)`: the decision
+names the pause it answers (the snapshot's `pause.revision`) and when it expires
+(`approval_payload` builds that payload for a plain `propose`).
+
 Proposals are produced with an idempotent producer, keyed by run_id with Kafka's
 default (murmur2) partitioner, and signed (Ed25519 or HMAC-SHA256) over the topic, the
 key, the value, the key id and the time of sending (docs/wire.md).
@@ -27,13 +31,14 @@ from schemas.codes import RejectionCode
 from schemas.messages import Heartbeat, Rejection, RunSnapshot, Transition
 
 from .aio import AsyncOutcomeWaiter, AsyncRunstateClient
-from .core import MAX_UNCLAIMED, Outcome, OutcomeBook
+from .core import DECISION_TTL_MS, MAX_UNCLAIMED, Outcome, OutcomeBook, approval_payload
 from .errors import OutcomeTimeout, Rejected, Timeout, Unavailable
 from .reader import RunReader
 from .sync import RunstateClient
 from .waiter import OutcomeWaiter
 
 __all__ = [
+    "DECISION_TTL_MS",
     "MAX_UNCLAIMED",
     "AsyncOutcomeWaiter",
     "AsyncRunstateClient",
@@ -54,5 +59,6 @@ __all__ = [
     "TopicNames",
     "Transition",
     "Unavailable",
+    "approval_payload",
     "load_signing_key",
 ]

@@ -27,15 +27,18 @@ from processor.topics import TopicNames
 from schemas.messages import RunSnapshot, Transition
 
 from .core import (
+    DECISION_TTL_MS,
     MAX_UNCLAIMED,
     Deadline,
     Outcome,
     OutcomeBook,
     ProposalRecord,
     answering_partitions,
+    approval_payload,
     catalog,
     consumer_config,
     create_payload,
+    decision_event,
     duplicate_of,
     parse_outcome,
     producer_config,
@@ -389,6 +392,43 @@ class AsyncRunstateClient:
         deadline = Deadline(self.timeout if timeout is None else timeout)
         record = proposal_record(self.topics, self.signing_key, run_id, event, **kw)
         return await self._deliver_and_wait(record, deadline, raise_on_rejection)
+
+    async def decide(
+        self,
+        run_id: str,
+        *,
+        grant: bool = True,
+        pause: int | None = None,
+        expires_in_ms: int = DECISION_TTL_MS,
+        event: str | None = None,
+        machines: Mapping[str, Machine] | None = None,
+        timeout: float | None = None,
+        raise_on_rejection: bool = False,
+        **kw: Any,
+    ) -> Outcome:
+        """An approver's decision on the run's approval wait, as `RunstateClient.decide`:
+        the pause read from the run's snapshot unless given."""
+        deadline = Deadline(self.timeout if timeout is None else timeout)
+        if pause is None:
+            snapshot = await self.snapshot(run_id)
+            if snapshot is None:
+                raise LookupError(f"no run '{run_id}' to decide on")
+            if snapshot.pause is None:
+                raise ValueError(
+                    f"run '{run_id}' waits for no approval (state '{snapshot.state}'); "
+                    "decide once it asks for one"
+                )
+            pause = snapshot.pause.revision
+            if event is None:
+                event = decision_event(catalog(machines).get(snapshot.machine), grant)
+        return await self.propose_and_wait(
+            run_id,
+            event or decision_event(None, grant),
+            payload=approval_payload(pause, expires_in_ms),
+            timeout=deadline.left(),
+            raise_on_rejection=raise_on_rejection,
+            **kw,
+        )
 
     async def create_and_wait(
         self,

@@ -262,6 +262,28 @@ class Deadline:
         return max(0.0, self._end - time.monotonic())
 
 
+#: How long an approver's decision holds by default: long enough to reach the broker.
+DECISION_TTL_MS = 10 * 60 * 1000
+
+
+def approval_payload(pause: int, expires_in_ms: int = DECISION_TTL_MS) -> dict[str, int]:
+    """The payload of an approver's decision: the revision that entered the pause it
+    answers, and until when (broker time, from this host's clock) it holds."""
+    return {"pause": pause, "expires_at_ms": int(time.time() * 1000) + expires_in_ms}
+
+
+def decision_event(machine: Machine | None, grant: bool) -> str:
+    """The machine's event that grants (or denies) an approval; without a machine, the
+    usual names approval_granted / approval_denied."""
+    kind = "grant" if grant else "deny"
+    if machine is not None:
+        for name, spec in sorted(machine.events.items()):
+            if spec.approval == kind:
+                return name
+        raise ValueError(f"machine '{machine.name}' has no event that decides ({kind}) approvals")
+    return "approval_granted" if grant else "approval_denied"
+
+
 def catalog(machines: Mapping[str, Machine] | None) -> Mapping[str, Machine]:
     """The machines a resume view or a continuation is read against: those given (the
     workers' own, with versions), else the built-in ones (loaded only when asked)."""

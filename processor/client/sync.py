@@ -17,12 +17,15 @@ from processor.topics import TopicNames
 from schemas.messages import RunSnapshot, Transition
 
 from .core import (
+    DECISION_TTL_MS,
     MAX_UNCLAIMED,
     Deadline,
     Outcome,
     ProposalRecord,
+    approval_payload,
     catalog,
     create_payload,
+    decision_event,
     duplicate_of,
     producer_config,
     proposal_record,
@@ -280,6 +283,47 @@ class RunstateClient:
         deadline = Deadline(self.timeout if timeout is None else timeout)
         proposal_id = self.create(run_id, machine, timeout=deadline.left(), **kw)
         return self._deliver_and_wait(proposal_id, deadline, raise_on_rejection)
+
+    def decide(
+        self,
+        run_id: str,
+        *,
+        grant: bool = True,
+        pause: int | None = None,
+        expires_in_ms: int = DECISION_TTL_MS,
+        event: str | None = None,
+        machines: Mapping[str, Machine] | None = None,
+        timeout: float | None = None,
+        raise_on_rejection: bool = False,
+        **kw: Any,
+    ) -> Outcome:
+        """An approver's decision on the run's approval wait: grant it, or deny it with
+        `grant=False`; waits for the outcome. The decision names the pause it answers
+        (`pause`: the revision of the transition that entered the wait; default: read
+        from the run's snapshot, which needs worker URLs) and holds for `expires_in_ms`.
+        `event`: the machine's decision event (default: the snapshot's machine's, or
+        approval_granted / approval_denied when `pause` is given)."""
+        deadline = Deadline(self.timeout if timeout is None else timeout)
+        if pause is None:
+            snapshot = self.snapshot(run_id)
+            if snapshot is None:
+                raise LookupError(f"no run '{run_id}' to decide on")
+            if snapshot.pause is None:
+                raise ValueError(
+                    f"run '{run_id}' waits for no approval (state '{snapshot.state}'); "
+                    "decide once it asks for one"
+                )
+            pause = snapshot.pause.revision
+            if event is None:
+                event = decision_event(catalog(machines).get(snapshot.machine), grant)
+        return self.propose_and_wait(
+            run_id,
+            event or decision_event(None, grant),
+            payload=approval_payload(pause, expires_in_ms),
+            timeout=deadline.left(),
+            raise_on_rejection=raise_on_rejection,
+            **kw,
+        )
 
     def _deliver_and_wait(
         self, proposal_id: str, deadline: Deadline, raise_on_rejection: bool

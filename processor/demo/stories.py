@@ -3,11 +3,15 @@
 A story is a generator: it yields the next proposal (a `Step`) and receives its outcome
 (a Transition or a Rejection), so it can react like an agent does: retry after a
 transient error until the budget is spent, fix the build before completing, stop when
-an approval is denied. Some steps are deliberate mistakes (a model approving itself,
-a step run twice, an event after the end) that the processor must refuse.
+an approval is denied. An approver's decision names the pause it answers (the revision
+of the transition that entered the wait) and when it expires. Some steps are deliberate
+mistakes (a model approving itself, the asker deciding its own approval, a decision for
+a pause the run is no longer in, a step run twice, an event after the end) that the
+processor must refuse.
 """
 
 import random
+import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +42,12 @@ def _step(name: str, run_id: str, result: Any) -> tuple[Step, Step]:
     return started, Step("step_succeeded", payload={"step": name, "result": result})
 
 
+def _decision(asked: Outcome) -> dict[str, Any]:
+    """The payload of a decision on the pause `asked` entered: 10 minutes to arrive."""
+    pause = asked.revision if isinstance(asked, Transition) else 0
+    return {"pause": pause, "expires_at_ms": int(time.time() * 1000) + 600_000}
+
+
 def task_lifecycle(rng: random.Random, run_id: str) -> Story:
     """A refund agent: validate, approval, transient errors and retries, refund."""
     yield Step("create", payload={"machine": "task_lifecycle", "options": {"max_retries": 2}})
@@ -47,16 +57,19 @@ def task_lifecycle(rng: random.Random, run_id: str) -> Story:
     yield succeeded
     if rng.random() < 0.25:  # a restarted agent tries the step again: refused, result kept
         yield started
-    yield Step("pause_for_approval")
-    if rng.random() < 0.15:
-        yield Step("approval_granted", key="model")  # the model cannot approve itself
+    decision = _decision((yield Step("pause_for_approval")))
+    if rng.random() < 0.15:  # the model cannot approve itself
+        yield Step("approval_granted", key="model", payload=decision)
+    if rng.random() < 0.1:  # a decision for another pause answers not this one
+        stale = {**decision, "pause": decision["pause"] - 1}
+        yield Step("approval_granted", key="approver", payload=stale)
     if rng.random() < 0.2:
-        yield Step("approval_denied", key="approver")
+        yield Step("approval_denied", key="approver", payload=decision)
         return
     if rng.random() < 0.05:
         yield Step("timeout")  # the approval deadline passed
         return
-    yield Step("approval_granted", key="approver")
+    yield Step("approval_granted", key="approver", payload=decision)
     for _ in range(rng.choice([0, 0, 1, 2, 3])):
         yield Step("transient_error", key="tool")
         if _refused((yield Step("retry")), RejectionCode.RETRIES_EXHAUSTED):
@@ -74,18 +87,27 @@ def task_lifecycle(rng: random.Random, run_id: str) -> Story:
 
 
 def owned_run(rng: random.Random, run_id: str) -> Story:
-    """The runtime starts, a tool reports facts, only the runtime completes."""
+    """The runtime starts, a tool reports facts, an approver decides what the runtime
+    asks, only the runtime completes."""
     yield Step("create", payload={"machine": "owned_run"})
     yield Step("run_started")
     build = "build=red" if rng.random() < 0.3 else "build=green"
     yield Step("tool_result", key="tool", payload={"fact": build})
     if rng.random() < 0.3:
         yield Step("run_completed", key="model")  # the model holds no write authority
-    if rng.random() < 0.3:
+    if rng.random() < 0.2:
         if rng.random() < 0.2:
             yield Step("run_waiting")  # no reason: refused reason_required
-        yield Step("run_waiting", reason="pending_approval")
-        yield Step("run_resumed", key="approver")
+        yield Step("run_waiting", reason="external_callback")
+        yield Step("run_resumed")  # the callback arrived
+    if rng.random() < 0.3:
+        decision = _decision((yield Step("approval_requested")))
+        if rng.random() < 0.2:  # the runtime asked: it cannot decide
+            yield Step("approval_granted", payload=decision)
+        if rng.random() < 0.2:
+            yield Step("approval_denied", key="approver", payload=decision)  # -> cancelled
+            return
+        yield Step("approval_granted", key="approver", payload=decision)
     if rng.random() < 0.1:
         yield Step("run_failed", reason="tool_error")
         return
@@ -99,13 +121,13 @@ def run_state(rng: random.Random, run_id: str) -> Story:
     yield Step("create", payload={"machine": "run_state"})
     yield Step("start")
     if rng.random() < 0.6:
-        yield Step("need_approval")
+        decision = _decision((yield Step("need_approval")))
         if rng.random() < 0.1:
             yield Step("complete")  # cannot skip the approval
         if rng.random() < 0.25:
-            yield Step("rejected", key="approver")  # -> cancelled
+            yield Step("rejected", key="approver", payload=decision)  # -> cancelled
             return
-        yield Step("approved", key="approver")
+        yield Step("approved", key="approver", payload=decision)
     ending = rng.choices(["complete", "fail", "timeout", "cancel"], weights=[70, 15, 10, 5])[0]
     yield Step(ending)
 

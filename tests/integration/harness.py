@@ -157,6 +157,7 @@ class WorkerProcess(ProductWorkerProcess):
 
 # -- workload -----------------------------------------------------------------
 KEYS = ["runtime", "tool", "approver", "model"]
+FAR_FUTURE_MS = 4_102_444_800_000  # 2100-01-01: a decision that does not expire in a test
 AUTHORITY_KEY = {"runtime": "runtime", "tool_executor": "tool", "approver": "approver"}
 
 
@@ -208,6 +209,8 @@ def workload(runs: int, proposals: int, seed: int = 7) -> list[dict[str, Any]]:
                     }
                 if edge.reasons and rng.random() < 0.9:
                     item["reason"] = rng.choice(sorted(edge.reasons))
+                if spec.approval is not None:  # a decision names the pause it answers
+                    item["payload"] = {"pause": revision, "expires_at_ms": FAR_FUTURE_MS}
                 # Assume it commits; a refusal (guard, budget) just keeps the real state
                 # behind the guess, which later proposals then meet as mistakes.
                 state, revision = edge.target, revision + 1
@@ -405,7 +408,11 @@ def assert_at_least_once_recognisable(plan: list[dict[str, Any]], result: Publis
     for r in result.rejections:
         if r.proposal_id is None:
             continue
-        if r.code.value == "duplicate":
+        if r.code.value == "duplicate" and r.original_transition_id is None:
+            # a heartbeat not taken (taken already, or signed before the latest one taken
+            # or the run's latest transition): no commit to name, nothing changed
+            assert r.event == "heartbeat", r
+        elif r.code.value == "duplicate":
             assert r.original_transition_id in committed[r.proposal_id], r
         else:
             refused[r.proposal_id].add((r.code.value, r.detail))

@@ -81,7 +81,7 @@ def _first_plan() -> list[dict[str, Any]]:
         _item("own-fail", "run_started"),  # terminal_state
         _create("own-wait", "owned_run"),
         _item("own-wait", "run_started"),
-        _item("own-wait", "run_waiting", reason="pending_approval"),
+        _item("own-wait", "run_waiting", reason="external_callback"),
         _item("own-wait", "run_failed", reason="timeout"),
         _create("rs-fail", "run_state"),
         _item("rs-fail", "start"),

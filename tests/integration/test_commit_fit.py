@@ -146,7 +146,11 @@ def test_a_commit_that_one_batch_of_the_changelog_cannot_hold_is_refused(
         text = worker.log_path.read_text(errors="replace")
         assert "MSG_SIZE_TOO_LARGE" in text, worker.log()  # the broker refused the batch
         assert "deciding again within them" in text, worker.log()
-        # the run goes on, within the new limit
+        # the run goes on, within the new limit: the step is settled, then it completes
+        settled = _decided(
+            client, "fit-lowered", "step_failed", payload={"step": "s1", "error": "too large"}
+        )
+        assert isinstance(settled, Transition), settled
         done = _decided(client, "fit-lowered", "complete")
         assert isinstance(done, Transition) and done.to_state == "done", done
         _assert_alive(worker, "lowered")

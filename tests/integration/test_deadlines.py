@@ -86,7 +86,8 @@ def test_approval_deadline_fires_once_on_time_and_a_late_approval_is_refused(
         client = env.client()
         client.create_and_wait("a1", "task_lifecycle", deadlines={"approval_timeout_ms": 1500})
         client.propose_and_wait("a1", "start")
-        client.propose_and_wait("a1", "pause_for_approval")
+        paused = client.propose_and_wait("a1", "pause_for_approval")
+        assert isinstance(paused, Transition)
         history = _wait_for(env, "a1", "failed")
         last = history[-1]
         assert (last.event, last.reason, last.from_state) == (
@@ -98,7 +99,7 @@ def test_approval_deadline_fires_once_on_time_and_a_late_approval_is_refused(
         assert _timer_transitions(history) == {"approval": 1}
         _assert_on_time(history)
         approver = env.client("approver")
-        late = approver.propose_and_wait("a1", "approval_granted")
+        late = approver.decide("a1", pause=paused.revision)
         assert isinstance(late, Rejection) and late.code is RejectionCode.TERMINAL_STATE
         # the alert for an abandoned approval was never due: the run had already failed
         assert not [a for a in _alerts(env) if a.run_id == "a1"]

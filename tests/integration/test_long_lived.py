@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
+from processor.client import Outcome
 from processor.config import KafkaSettings
 from processor.partitioning import partition_for
 from processor.topics import TopicNames, create_topics, plan_topics
@@ -55,8 +56,7 @@ def test_heartbeats_then_a_resent_retry_gets_its_original_transition(
         revision = retried.revision
         ids = [client.heartbeat("h1") for _ in range(50)]
         client.flush()
-        beats = [client.wait(i, timeout=60) for i in ids]
-        assert all(isinstance(b, Heartbeat) and b.revision == revision for b in beats), beats
+        _heartbeats([client.wait(i, timeout=60) for i in ids], revision)
         # compare-and-set between heartbeats: the revision the agent read still holds
         cas = client.propose_and_wait(
             "h1",
@@ -67,9 +67,8 @@ def test_heartbeats_then_a_resent_retry_gets_its_original_transition(
         assert isinstance(cas, Transition) and cas.revision == revision + 1, cas
         ids = [client.heartbeat("h1") for _ in range(50)]
         client.flush()
-        later = [client.wait(i, timeout=60) for i in ids]
-        assert all(isinstance(b, Heartbeat) and b.revision == revision + 1 for b in later)
-        last_beat = max(b.at_ms for b in later)  # type: ignore[union-attr]
+        later = _heartbeats([client.wait(i, timeout=60) for i in ids], revision + 1)
+        last_beat = max(b.at_ms for b in later)
         again = client.propose_and_wait("h1", "retry", proposal_id="retry-1")
         assert again == retried  # the original transition, not a second retry
         worker.kill()
@@ -95,6 +94,20 @@ def test_heartbeats_then_a_resent_retry_gets_its_original_transition(
     history = [t for t in published(env).transitions if t.run_id == "h1"]
     assert not [t for t in history if t.event == "heartbeat"]
     assert [t.event for t in history].count("retry") == 1
+
+
+def _heartbeats(answers: list[Outcome], revision: int) -> list[Heartbeat]:
+    """The heartbeats taken of `answers` to heartbeats sent back to back. Each is taken,
+    or, signed in the same millisecond as one taken, refused `duplicate` (heartbeats are
+    taken in signing order, never twice); none moves the revision."""
+    for answer in answers:
+        assert isinstance(answer, Heartbeat) or (
+            isinstance(answer, Rejection) and answer.code is RejectionCode.DUPLICATE
+        ), answer
+        assert answer.revision == revision, answer
+    taken = [a for a in answers if isinstance(a, Heartbeat)]
+    assert taken, answers
+    return taken
 
 
 @pytest.mark.parametrize("runtime", ["native"])  # the rule is the shared pipeline's
@@ -213,8 +226,8 @@ V1_TEXT = (
 V2_TEXT = "\n".join(
     line
     for line in V1_TEXT.replace(
-        "approval_granted: {authorities: [approver]}",
-        "approval_granted: {authorities: [tool_executor]}",
+        "approval_granted: {authorities: [approver], approval: grant}",
+        "approval_granted: {authorities: [tool_executor], approval: grant}",
     )
     .replace("paused, blocked, retrying", "paused, retrying")
     .replace("name: deploy_task", "name: deploy_task\nlabel: tools approve")
@@ -271,9 +284,9 @@ def test_a_machine_edited_between_two_deploys(env: Env, runtime: str) -> None:
         try:
             second.wait_ready(partitions=3)
             # old-1 is decided by the version it was created with: approvers approve
-            refused = tool.propose_and_wait("old-1", "approval_granted")
+            refused = tool.decide("old-1", pause=paused.revision)
             assert isinstance(refused, Rejection) and refused.code is RejectionCode.UNAUTHORIZED
-            approved = approver.propose_and_wait("old-1", "approval_granted")
+            approved = approver.decide("old-1", pause=paused.revision)
             assert isinstance(approved, Transition), approved
             assert approved.machine_version == v1.machine_version
             # a new run gets the new version: tools approve
@@ -281,10 +294,11 @@ def test_a_machine_edited_between_two_deploys(env: Env, runtime: str) -> None:
             assert isinstance(new, Transition) and new.machine_version != v1.machine_version
             v2 = new.machine_version
             agent.propose_and_wait("new-1", "start")
-            agent.propose_and_wait("new-1", "pause_for_approval")
-            no = approver.propose_and_wait("new-1", "approval_granted")
+            new_pause = agent.propose_and_wait("new-1", "pause_for_approval")
+            assert isinstance(new_pause, Transition)
+            no = approver.decide("new-1", pause=new_pause.revision)
             assert isinstance(no, Rejection) and no.code is RejectionCode.UNAUTHORIZED
-            assert isinstance(tool.propose_and_wait("new-1", "approval_granted"), Transition)
+            assert isinstance(tool.decide("new-1", pause=new_pause.revision), Transition)
             # migrate: old-2 (running) moves; old-3 (blocked: gone in v2) is refused
             moved = operator.propose_and_wait("old-2", "migrate", payload={"version": v2})
             assert isinstance(moved, Transition) and moved.machine_version == v2, moved

@@ -65,9 +65,10 @@ def test_metrics_count_exactly_what_a_known_scenario_did(env: Env, runtime: str)
         refused = agent.propose_and_wait("m1", "start")
         assert isinstance(refused, Rejection) and refused.code.value == "terminal_state"
         # m2: waits for approval and gets it; a second approval is an invalid transition
-        assert isinstance(agent.propose_and_wait("m2", "pause_for_approval"), Transition)
-        assert isinstance(approver.propose_and_wait("m2", "approval_granted"), Transition)
-        refused = approver.propose_and_wait("m2", "approval_granted")
+        paused = agent.propose_and_wait("m2", "pause_for_approval")
+        assert isinstance(paused, Transition)
+        assert isinstance(approver.decide("m2", pause=paused.revision), Transition)
+        refused = approver.decide("m2", pause=paused.revision)
         assert isinstance(refused, Rejection) and refused.code.value == "invalid_transition"
         # and one record that is not a proposal at all
         agent.send_raw(b"m3", b"not json")

@@ -24,8 +24,8 @@ pytestmark = pytest.mark.integration
 V1_TEXT = builtin_source("task_lifecycle").replace("name: task_lifecycle", "name: ops_task")
 # What a runtime key's owner would like runs to be decided by: tools approve.
 V2_TEXT = V1_TEXT.replace(
-    "approval_granted: {authorities: [approver]}",
-    "approval_granted: {authorities: [tool_executor]}",
+    "approval_granted: {authorities: [approver], approval: grant}",
+    "approval_granted: {authorities: [tool_executor], approval: grant}",
 ).replace("name: ops_task", "name: ops_task\nlabel: tools approve")
 V3_TEXT = V2_TEXT.replace("label: tools approve", "label: unsigned")
 V4_TEXT = V1_TEXT.replace("name: ops_task", "name: ops_task\nlabel: the operator's")
@@ -124,9 +124,10 @@ def test_a_version_no_operator_signed_takes_no_effect(env: Env, runtime: str) ->
                 assert isinstance(missing, Rejection), missing
                 assert missing.code is RejectionCode.UNKNOWN_MACHINE
             # the run is still decided by v1: approvers approve, tools may not
-            assert isinstance(agent.propose_and_wait("r1", "pause_for_approval"), Transition)
+            paused = agent.propose_and_wait("r1", "pause_for_approval")
+            assert isinstance(paused, Transition)
             tool = env.client("tool")
-            no = tool.propose_and_wait("r1", "approval_granted")
+            no = tool.decide("r1", pause=paused.revision)
             tool.close()
             assert isinstance(no, Rejection) and no.code is RejectionCode.UNAUTHORIZED
         finally:

@@ -33,7 +33,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ConfigResource,
 )
 
-from processor.client import OutcomeTimeout, RunstateClient
+from processor.client import OutcomeTimeout, RunstateClient, approval_payload
 from processor.config import KafkaSettings
 from processor.partitioning import murmur2, partition_for
 from processor.readback import read_topics
@@ -395,8 +395,13 @@ def test_poison_records_are_set_aside_and_the_partition_goes_on(
         )
         assert len(snapshot.model_dump_json()) <= MAX_STATE_BYTES
         served += _follow_ups(client, worker, p, "c: state too large")
+        # the run goes on: the step whose result did not fit is settled, then it completes
+        settled = _committed(
+            client, grow, "step_failed", payload={"step": step, "error": "result too large"}
+        )
+        assert settled.revision == last.revision + 1, f"[c] {settled}"
         done = _committed(client, grow, "complete")
-        assert (done.to_state, done.revision) == ("done", last.revision + 1), f"[c] {done}"
+        assert (done.to_state, done.revision) == ("done", last.revision + 2), f"[c] {done}"
         served.append(grow)
 
         # d. a signed create whose run_id starts with the fired-marks prefix "\0fired\0"
@@ -544,7 +549,9 @@ def test_approval_produced_late_while_no_worker_ran_is_refused_deadline_passed(e
 
         while int(time.time() * 1000) < due + 500:
             time.sleep(0.1)
-        proposal_id = approver.propose(run_id, "approval_granted")
+        proposal_id = approver.propose(
+            run_id, "approval_granted", payload=approval_payload(paused.revision)
+        )
         approver.flush()
 
         restarted = _worker(env, "w1")

@@ -82,11 +82,11 @@ def test_replay_scope_revocation_and_an_auditor_with_public_keys_only(env: Env) 
 
         # An approval sent too early is refused; captured and sent again once the run
         # waits for it, it is refused as stale, never committed.
-        early = team_a.propose_and_wait("team-a/r1", "approval_granted")
+        early = team_a.decide("team-a/r1", pause=2)
         assert isinstance(early, Rejection) and early.code is RejectionCode.INVALID_TRANSITION
         captured = _captured(env, early.proposal_id or "")
         paused = agent.propose_and_wait("team-a/r1", "pause_for_approval")
-        assert isinstance(paused, Transition)
+        assert isinstance(paused, Transition) and paused.revision == 2
         time.sleep(MAX_AGE_MS / 1000 + 0.5)
         replayer = Producer(KafkaSettings(env.bootstrap).client({"partitioner": "murmur2_random"}))
         replayer.produce(env.topics.proposals, captured[1], captured[0], headers=captured[2])
@@ -96,17 +96,19 @@ def test_replay_scope_revocation_and_an_auditor_with_public_keys_only(env: Env) 
         assert worker.snapshot("team-a/r1").state == "paused"  # type: ignore[union-attr]
 
         # Scope: team-a's approver is refused on team-b's run, accepted on its own.
-        assert isinstance(agent.propose_and_wait("team-b/r1", "pause_for_approval"), Transition)
-        other_team = team_a.propose_and_wait("team-b/r1", "approval_granted")
+        b_paused = agent.propose_and_wait("team-b/r1", "pause_for_approval")
+        assert isinstance(b_paused, Transition)
+        other_team = team_a.decide("team-b/r1", pause=b_paused.revision)
         assert isinstance(other_team, Rejection) and other_team.code is RejectionCode.UNAUTHORIZED
         assert "team-a/" in other_team.detail
-        assert isinstance(team_a.propose_and_wait("team-a/r1", "approval_granted"), Transition)
+        assert isinstance(team_a.decide("team-a/r1", pause=paused.revision), Transition)
 
         # Revocation: the worker reads the keyring again; from the revocation on the
         # key is refused, and what it signed before still verifies (below).
-        approved = everyone.propose_and_wait("team-b/r1", "approval_granted")
+        approved = everyone.decide("team-b/r1", pause=b_paused.revision)
         assert isinstance(approved, Transition) and approved.principal.source == "approver:oncall"
-        assert isinstance(agent.propose_and_wait("team-b/r2", "pause_for_approval"), Transition)
+        r2_paused = agent.propose_and_wait("team-b/r2", "pause_for_approval")
+        assert isinstance(r2_paused, Transition)
         keys(
             "revoke",
             "approver-all",
@@ -116,7 +118,7 @@ def test_replay_scope_revocation_and_an_auditor_with_public_keys_only(env: Env) 
             "0",
         )
         time.sleep(2.5)  # the worker looks at the file every second
-        revoked = everyone.propose_and_wait("team-b/r2", "approval_granted")
+        revoked = everyone.decide("team-b/r2", pause=r2_paused.revision)
         assert isinstance(revoked, Rejection), revoked
         assert revoked.code is RejectionCode.UNAUTHENTICATED and "revoked" in revoked.detail
     finally:

@@ -4,7 +4,9 @@ errors; and that a strictly typed agent type-checks against the SDK alone."""
 import json
 import subprocess
 import sys
+import time
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -25,13 +27,16 @@ from processor.client import (
 )
 from processor.client.core import (
     answering_partitions,
+    approval_payload,
     create_payload,
+    decision_event,
     duplicate_of,
     proposal_record,
     raw_proposal_id,
 )
+from processor.machines import builtin_machines
 from processor.partitioning import partition_for
-from schemas.messages import Principal, Proposal
+from schemas.messages import ApprovalPayload, Principal, Proposal
 
 ROOT = Path(__file__).resolve().parents[2]
 TOPICS = TopicNames.with_prefix("t.")
@@ -170,3 +175,32 @@ def test_the_sdk_ships_its_type_information() -> None:
 def test_the_proposal_id_of_any_bytes_is_found_or_none_never_an_error(value: bytes) -> None:
     found = raw_proposal_id(value)
     assert found is None or isinstance(found, str)
+
+
+@pytest.mark.parametrize("grant", [True, False])
+@pytest.mark.parametrize("name", sorted(builtin_machines()))
+def test_a_decision_is_the_machines_own_event_of_its_kind(name: str, grant: bool) -> None:
+    machine = builtin_machines()[name]
+    event = decision_event(machine, grant)
+    assert machine.events[event].approval == ("grant" if grant else "deny")
+    assert any(src in machine.approval_states for (src, e) in machine.edges if e == event)
+
+
+def test_a_machine_without_approvals_has_no_decision_event() -> None:
+    machine = builtin_machines()["task_lifecycle"]
+    bare = replace(machine, events={k: v for k, v in machine.events.items() if v.approval is None})
+    with pytest.raises(ValueError, match="no event that decides"):
+        decision_event(bare, True)
+
+
+@given(st.integers(0, 2**40), st.integers(-(10**9), 10**9))
+def test_an_approval_payload_names_its_pause_and_expires_from_now(
+    pause: int, expires_in_ms: int
+) -> None:
+    before = int(time.time() * 1000)
+    payload = approval_payload(pause, expires_in_ms)
+    after = int(time.time() * 1000)
+    assert payload["pause"] == pause
+    assert before + expires_in_ms <= payload["expires_at_ms"] <= after + expires_in_ms
+    if payload["expires_at_ms"] >= 0:
+        assert ApprovalPayload.model_validate(payload).pause == pause
