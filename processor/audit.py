@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from processor.engine import Commit, Forget, Machine
+from processor.engine.continuation import CONTINUED_BY, not_continuable
 from processor.engine.lint import FORGET_EVENT, MIGRATE_EVENT
 from processor.engine.machine import machine_for, with_current
 from processor.intake import (
@@ -290,9 +291,10 @@ def verify_continuations(
     transitions: Mapping[int, Sequence[Record]], machines: Mapping[str, Machine]
 ) -> list[Finding]:
     """A run that continues another (`create` with `continues`) must carry exactly what
-    that run had at the revision it names (its succeeded steps, its checkpoint), and
-    continue a run that finished other than by an approver's denial. The engine decides
-    one run at a time and cannot read the original: this is where the log proves it."""
+    that run had at the revision it names (its succeeded steps, its checkpoint),
+    continue a run that finished other than by an approver, and be named by it (its
+    `continued_by` transition): what the original checked when it took the
+    continuation (processor/engine/continuation.py), proven again from the log."""
     chains: dict[str, list[tuple[int, int, Transition]]] = {}
     for partition in sorted(transitions):
         for record in transitions[partition]:
@@ -334,10 +336,17 @@ def _continuation_refuted(
         return f"continues run '{original}', whose transitions do not replay"
     last = before[-1]
     machine = machine_for(machines, last.machine, last.machine_version)
-    if machine is None or snapshot.state not in machine.terminal:
-        return f"continues run '{original}', which had not finished at revision {revision}"
-    spec = machine.events.get(last.event)
-    if spec is not None and spec.approval == "deny":
-        return f"continues run '{original}', which an approver denied ({last.event})"
+    if machine is None:
+        return f"continues run '{original}', whose machine version is not held"
+    why = not_continuable(machine, snapshot)
+    if why is not None:
+        return f"continues run '{original}': {why}"
     problems = continuation_problems(created, snapshot)
+    named = any(
+        t.event == CONTINUED_BY and t.payload.get("run_id") == created.run_id
+        for _, _, t in chains.get(original, [])
+        if t.revision > revision
+    )
+    if not named:
+        problems.append(f"run '{original}' does not name it (no '{CONTINUED_BY}' transition)")
     return "; ".join(problems) if problems else None

@@ -122,6 +122,12 @@ class KeyEntry(BaseModel):
         description="true: an operator's key, which signs machine versions and migrates "
         "runs (None, false: not).",
     )
+    processor: bool | None = Field(
+        default=None,
+        description="true: a key of the workers themselves, which signs deadlines and "
+        "the messages runs exchange (a continuation asked of its original run, and the "
+        "answer); never give it to an agent (None, false: not).",
+    )
 
     @model_validator(mode="after")
     def _one_verifier(self) -> Self:
@@ -142,10 +148,17 @@ class KeyEntry(BaseModel):
     def scope(self, key_id: str) -> Scope | None:
         """None for a key without limits that is no operator's (the engine reads None
         as: any run, no operator authority)."""
-        if self.machines is None and self.run_prefixes is None and not self.operator:
+        if (
+            self.machines is None
+            and self.run_prefixes is None
+            and not self.operator
+            and not self.processor
+        ):
             return None
         machines = None if self.machines is None else frozenset(self.machines)
-        return Scope(key_id, machines, self.run_prefixes, self.operator is True)
+        return Scope(
+            key_id, machines, self.run_prefixes, self.operator is True, self.processor is True
+        )
 
     def refuses_at(self, key_id: str, at_ms: int) -> str | None:
         """Why this key proves nothing for a record appended at `at_ms`, or None."""
@@ -321,6 +334,10 @@ STANDARD_PRINCIPALS = {
 #: `migrate_authorities`) and operator authority (it signs machine versions).
 OPERATOR_KEY_ID = "operator"
 OPERATOR_PRINCIPAL = ("operator", "runtime")
+#: The workers' own key of a generated keyring (processor: deadlines and the messages
+#: runs exchange).
+PROCESSOR_KEY_ID = "worker"
+PROCESSOR_PRINCIPAL = ("worker", "runtime")
 
 
 def new_key(
@@ -342,13 +359,17 @@ def new_key(
 
 
 def generate_keys(algorithm: Algorithm) -> tuple[Keyring, dict[str, SigningKey]]:
-    """A fresh keyring with one key per standard principal (key id = its name) and an
-    operator key (`OPERATOR_KEY_ID`), and each key's signing half."""
+    """A fresh keyring with one key per standard principal (key id = its name), an
+    operator key (`OPERATOR_KEY_ID`) and the workers' key (`PROCESSOR_KEY_ID`), and each
+    key's signing half."""
     made = {
         key_id: new_key(key_id, algorithm, source, authority)
         for key_id, (source, authority) in STANDARD_PRINCIPALS.items()
     }
     made[OPERATOR_KEY_ID] = new_key(OPERATOR_KEY_ID, algorithm, *OPERATOR_PRINCIPAL, operator=True)
+    made[PROCESSOR_KEY_ID] = new_key(
+        PROCESSOR_KEY_ID, algorithm, *PROCESSOR_PRINCIPAL, processor=True
+    )
     keyring = Keyring(keys={key_id: entry for key_id, (entry, _) in made.items()})
     return keyring, {key_id: signing for key_id, (_, signing) in made.items()}
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 from pythonjsonlogger.json import JsonFormatter
 
-from processor.engine import Beat, Commit, Forget
+from processor.engine import Beat, Commit, Forget, Relay
 from processor.pipeline import DeadLetterReason
 from schemas.messages import Rejection
 
@@ -50,19 +50,20 @@ _LEVELS: dict[type, int] = {
     Beat: logging.DEBUG,
     Commit: logging.DEBUG,
     Forget: logging.DEBUG,
+    Relay: logging.DEBUG,
     Rejection: logging.WARNING,
     DeadLetterReason: logging.WARNING,
 }
 
 
-def logged(outcome: Commit | Beat | Forget | Rejection | DeadLetterReason) -> bool:
+def logged(outcome: Commit | Beat | Forget | Rejection | Relay | DeadLetterReason) -> bool:
     """Whether `log_outcomes` writes a line for `outcome` at the current level (the
     runtimes keep an outcome for the log only then)."""
     return OUTCOMES_LOG.isEnabledFor(_LEVELS.get(type(outcome), logging.WARNING))
 
 
 def log_outcomes(
-    outcomes: Iterable[Commit | Beat | Forget | Rejection | DeadLetterReason],
+    outcomes: Iterable[Commit | Beat | Forget | Rejection | Relay | DeadLetterReason],
 ) -> None:
     """Committed outcomes at their levels (DEBUG per transition and heartbeat, WARNING per
     rejection and per DLQ record), with the fields a log pipeline indexes."""
@@ -95,6 +96,15 @@ def log_outcomes(
                     "proposal_id": t.proposal_id,
                     "principal": t.principal.source,
                 },
+            )
+        elif isinstance(outcome, Relay):
+            p = outcome.proposal
+            OUTCOMES_LOG.debug(
+                "%s: sent to run %s (%s)",
+                p.event,
+                p.run_id,
+                p.proposal_id,
+                extra={"run_id": p.run_id, "event": p.event, "proposal_id": p.proposal_id},
             )
         elif isinstance(outcome, Rejection):
             OUTCOMES_LOG.warning(

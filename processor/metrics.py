@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from processor.engine import Beat, Commit, Forget, Machine
+from processor.engine import Beat, Commit, Forget, Machine, Relay
 from processor.pipeline import DeadLetterReason, Outcome
 from schemas.codes import RejectionCode
 from schemas.messages import Rejection, RunSnapshot, Transition
@@ -49,6 +49,8 @@ class MetricsBatch:
             self.forgotten.append(outcome.transition)
         elif isinstance(outcome, DeadLetterReason):
             self.dead_letters += 1
+        elif isinstance(outcome, Relay):
+            pass  # nothing happened to a run yet: its outcome is counted where it is decided
         else:
             machine = previous.machine if previous is not None else ""
             self.rejections.append((machine, outcome))

@@ -14,13 +14,13 @@ import base64
 import hashlib
 import json
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from processor.engine import Beat, Commit, Forget
+from processor.engine import Beat, Commit, Forget, Relay
 from processor.pipeline import DeadLetterReason, Outcome
 from processor.topics import TopicNames
-from schemas.messages import DeadLetter, Rejection, RunSnapshot, Transition
+from schemas.messages import DeadLetter, Proposal, Rejection, RunSnapshot, Transition
 
 #: librdkafka's default `message.max.bytes`: the largest record a producer sends.
 DEFAULT_MESSAGE_MAX_BYTES = 1_000_000
@@ -288,6 +288,9 @@ class OutputRecord:
     key: bytes | None
     value: bytes | None  # None: a tombstone (compacted topics)
     headers: Headers | None = None
+    #: Its partition, when not the input's (outputs are co-partitioned with it): a
+    #: message to another run goes to that run's partition.
+    partition: int | None = None
 
 
 def record_bytes(key: bytes | None, value: bytes | None, headers: Headers | None) -> int:
@@ -361,6 +364,7 @@ def outcome_records(
     source: Source,
     limits: RecordLimits = UNLIMITED,
     answers: Sequence[bytes] = (),
+    relay: Callable[[Proposal], OutputRecord] | None = None,
 ) -> list[OutputRecord]:
     """The records an outcome is published as, in order (the run's snapshot, or its
     tombstone, always last: a record after it would not be part of the outcome for a
@@ -368,8 +372,12 @@ def outcome_records(
     its history record and its snapshot (changelog); a heartbeat's answer then the
     run's snapshot, alive (changelog); a forgotten run's last transition, then
     tombstones (changelog); a rejection, and, when the run remembers it, its answer
-    record (changelog); or the DLQ record of what could not be decoded. `answers`: the
-    answer keys of a forgotten run (tombstoned with it)."""
+    record (changelog); or the DLQ record of what could not be decoded. A message to
+    another run (`Relay`, a commit's `sends`; before the snapshot) is the proposal
+    `relay` signs. `answers`: the answer keys of a forgotten run (tombstoned with it)."""
+    if isinstance(outcome, Relay):
+        assert relay is not None, "a runtime that decides continuations signs their messages"
+        return [relay(outcome.proposal)]
     if isinstance(outcome, Beat):
         run_key = outcome.snapshot.run_id.encode()
         return [
@@ -386,7 +394,11 @@ def outcome_records(
             outcome.transition.model_dump_json().encode(),
             outcome.snapshot.model_dump_json().encode(),
         )
-        return commit_records(topics, outcome, transition, snapshot)
+        records = commit_records(topics, outcome, transition, snapshot)
+        if outcome.sends:
+            assert relay is not None, "a runtime that decides continuations signs their messages"
+            records[-1:-1] = [relay(proposal) for proposal in outcome.sends]
+        return records
     if isinstance(outcome, Forget):
         t = outcome.transition
         run_key = t.run_id.encode()

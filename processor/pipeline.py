@@ -8,8 +8,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from processor.engine import Beat, Commit, Forget, Machine, decide
+from processor.engine import Beat, Commit, Forget, Machine, Relay, decide
 from processor.engine.answers import Answer, committed_digest, digest_of
+from processor.engine.continuation import CONTINUED_BY
 from processor.engine.decide import remembered
 from processor.intake import (
     DEFAULT_MAX_PROPOSAL_BYTES,
@@ -46,7 +47,7 @@ class DeadLetterReason:
     reason: str
 
 
-Outcome = Commit | Beat | Forget | Rejection | DeadLetterReason
+Outcome = Commit | Beat | Forget | Rejection | Relay | DeadLetterReason
 
 #: (run id, proposal id) -> what the run answered that id, or None (never answered).
 Seen = Callable[[str, str], Answer | None]
@@ -86,6 +87,7 @@ def decide_record(
     verified: Verified | None = None,
     timestamp_type: TimestampType = TimestampType.LOG_APPEND_TIME,
     commit_limits: "CommitLimits | None" = None,
+    relays: bool = True,
 ) -> Outcome:
     """The outcome of one record of the proposals topic: `admit_record`, then
     `decide_admitted`.
@@ -102,7 +104,8 @@ def decide_record(
     `verified`: Ed25519 verifications the
     runtime made beforehand (`intake.ed25519_claim`); the outcome is the same without.
     `timestamp_type`: who set `timestamp_ms` (`admit_record` decides nothing else by
-    any but the broker's time).
+    any but the broker's time). `relays`: whether the runtime signs with a processor key,
+    which a continuation's messages between runs need (see `decide_admitted`).
     """
     admitted = admit_record(
         key,
@@ -126,6 +129,8 @@ def decide_record(
         seen=seen,
         max_state_bytes=max_state_bytes,
         commit_limits=commit_limits,
+        max_relay_bytes=max_bytes,
+        relays=relays,
     )
 
 
@@ -202,9 +207,14 @@ def decide_admitted(
     seen: Seen,
     max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
     commit_limits: "CommitLimits | None" = None,
+    max_relay_bytes: int = DEFAULT_MAX_PROPOSAL_BYTES,
+    relays: bool = True,
 ) -> Outcome:
     """An admitted proposal decided against its run's current state (see
-    `decide_record`)."""
+    `decide_record`). A continuation asked of its original run is refused here when
+    this runtime cannot send the ask (`relays` False: no processor key) or the ask would
+    be over `max_relay_bytes` (the proposals' limit, which the original's worker holds
+    it to)."""
     proposal, credential = admitted.proposal, admitted.credential
     run_id = proposal.run_id
     current = lookup(run_id)
@@ -218,6 +228,8 @@ def decide_admitted(
         credential.scope,
         credential.signed_at_ms,
     )
+    if isinstance(decision, Relay) and decision.proposal.event == CONTINUED_BY:
+        return _sendable(decision, proposal, credential, max_relay_bytes, relays, timestamp_ms)
     if isinstance(decision, Commit):
         fitted = fit_commit(decision, current, max_state_bytes, commit_limits)
         if isinstance(fitted, Rejection) and current is not None:
@@ -226,6 +238,55 @@ def decide_admitted(
             return remembered(fitted, digest_of(proposal, credential.principal))
         return fitted
     return decision
+
+
+#: Room for a relay's signature headers within the proposals' record limit.
+_RELAY_HEADROOM = 512
+
+
+def _sendable(
+    relay: Relay,
+    proposal: Proposal,
+    credential: Credential,
+    max_bytes: int,
+    relays: bool,
+    timestamp_ms: int,
+) -> Relay | Rejection:
+    """The ask of a continuation, or the create's refusal when it cannot be sent."""
+    if not relays:
+        code, why = (
+            RejectionCode.UNAUTHORIZED,
+            "this worker cannot ask the original run: continuing a run takes a processor "
+            'key (keyring "processor": true, authority runtime) for the workers to sign '
+            "with (--timer-key-file; `runstate keys add --processor`)",
+        )
+    else:
+        size = len(relay.proposal.model_dump_json(exclude_none=True)) + _RELAY_HEADROOM
+        if size <= max_bytes:
+            return relay
+        code, why = (
+            RejectionCode.CHECKPOINT_TOO_LARGE,
+            f"asking the original run to be continued would take a record of {size} bytes; "
+            f"the proposals' limit is {max_bytes}: carry a smaller checkpoint or smaller "
+            "step results (large data belongs in your own storage, referenced by key)",
+        )
+    return Rejection.trusted(
+        dict(
+            schema_version=1,
+            code=code,
+            detail=why,
+            run_id=proposal.run_id,
+            proposal_id=proposal.proposal_id,
+            event=proposal.event,
+            principal=credential.principal,
+            state=None,
+            revision=None,
+            original_transition_id=None,
+            step_result=None,
+            content_digest=None,
+            at_ms=timestamp_ms,
+        )
+    )
 
 
 def fit_commit(
@@ -247,7 +308,7 @@ def fit_commit(
         over = None if batches is None else batches.overflow(commit, transition, snapshot)
         if over is None:
             # Built directly: NamedTuple._replace goes through a dict of the fields (4x slower).
-            return Commit(commit.snapshot, commit.transition, (transition, snapshot))
+            return Commit(commit.snapshot, commit.transition, (transition, snapshot), commit.sends)
         what = (
             f"{over.records} record(s) of {over.size} bytes together to topic {over.topic} "
             f"(with keys, headers and framing); one batch of it takes {over.limit} (its "
@@ -291,6 +352,8 @@ def outcome_run_id(outcome: Outcome) -> str | None:
         return outcome.snapshot.run_id
     if isinstance(outcome, Forget):
         return outcome.transition.run_id
+    if isinstance(outcome, Relay):
+        return None  # nothing of the deciding run changes
     return getattr(outcome, "run_id", None)
 
 

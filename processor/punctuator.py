@@ -6,7 +6,7 @@ fires it again. Driven by any runtime with "now" and a partition's store."""
 import json
 import logging
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -15,6 +15,7 @@ from processor.engine.timers import timer_proposal_id
 from processor.errors import WorkerError
 from processor.keyring import Keyring, KeyringError, SigningKey, load_signing_key
 from processor.outputs import FIRED_CHANGELOG_PREFIX, OutputRecord
+from processor.partitioning import partition_for
 from processor.signatures import ed25519_public_key
 from processor.topics import TopicNames
 from schemas.messages import Alert, Proposal, RunSnapshot, Timer
@@ -68,10 +69,12 @@ class TimerState(Protocol):
 
 
 def timer_key(keyring: Keyring, key_id: str | None, key_file: Path | None) -> SigningKey:
-    """The key that signs the proposals deadlines become: the signing key in `key_file`
-    (an Ed25519 keyring holds no private keys), else the HMAC key `key_id` of the
-    keyring, else its first HMAC key with authority 'runtime'. It must be a runtime key
-    of the keyring, or every deadline would be refused."""
+    """The key that signs the proposals deadlines become, and the messages runs exchange
+    (`Relay`): the signing key in `key_file` (an Ed25519 keyring holds no private keys),
+    else the HMAC key `key_id` of the keyring, else its first HMAC processor key with
+    authority 'runtime', else its first HMAC key with that authority. It must be a
+    runtime key of the keyring, or every deadline would be refused; only a processor key
+    ("processor": true) carries continuations."""
     if key_file is not None:
         try:
             signing = load_signing_key(key_file)
@@ -96,9 +99,10 @@ def timer_key(keyring: Keyring, key_id: str | None, key_file: Path | None) -> Si
         [key_id]
         if key_id is not None
         # Never an operator's key: deadlines need the runtime's authority, not theirs.
+        # A processor key first: it also carries the messages runs exchange.
         else [
             k
-            for k, e in sorted(keyring.keys.items())
+            for k, e in sorted(keyring.keys.items(), key=lambda item: not item[1].processor)
             if e.authority == TIMER_AUTHORITY and not e.operator
         ]
     )
@@ -144,10 +148,16 @@ class Firing:
 
 
 class Punctuator:
-    def __init__(self, topics: TopicNames, timer_key: SigningKey) -> None:
-        """`timer_key` is a runtime key that signs deadlines."""
+    def __init__(
+        self, topics: TopicNames, timer_key: SigningKey, keyring: Keyring | None = None
+    ) -> None:
+        """`timer_key` is a runtime key that signs deadlines, and relays when the
+        `keyring` makes it a processor key."""
         self.topics = topics
         self.timer_key = timer_key
+        entry = None if keyring is None else keyring.keys.get(timer_key.key_id)
+        #: Whether this worker can carry messages between runs (a processor key).
+        self.relays = entry is not None and entry.processor is True
         # Runs whose stored snapshot could not be read: said once, not on every tick.
         self._unreadable: set[str] = set()
 
@@ -191,6 +201,22 @@ class Punctuator:
                 records.append(OutputRecord(self.topics.changelog, key, marks.encode()))
                 yield Firing(snapshot, timer, records)
 
+    def relay(self, proposal: Proposal, now_ms: int, partitions: int) -> OutputRecord:
+        """A message to another run (`Relay`, `Commit.sends`), signed at `now_ms`, to
+        that run's partition of the proposals topic's `partitions`."""
+        record = self._signed(proposal, now_ms)
+        return replace(record, partition=partition_for(proposal.run_id, partitions))
+
+    def _signed(self, proposal: Proposal, now_ms: int) -> OutputRecord:
+        value = proposal.model_dump_json(exclude_none=True).encode()
+        key = proposal.run_id.encode()
+        return OutputRecord(
+            self.topics.proposals,
+            key,
+            value,
+            self.timer_key.headers(self.topics.proposals, key, value, now_ms),
+        )
+
     def deadline(self, snapshot: RunSnapshot, timer: Timer, now_ms: int) -> OutputRecord:
         assert timer.event is not None
         proposal = Proposal(
@@ -203,14 +229,7 @@ class Punctuator:
             expected_revision=timer.revision,
             metadata={"timer": timer.name, "due_at_ms": timer.due_at_ms},
         )
-        value = proposal.model_dump_json(exclude_none=True).encode()
-        key = snapshot.run_id.encode()
-        return OutputRecord(
-            self.topics.proposals,
-            key,
-            value,
-            self.timer_key.headers(self.topics.proposals, key, value, now_ms),
-        )
+        return self._signed(proposal, now_ms)
 
     def alert(self, snapshot: RunSnapshot, timer: Timer, now_ms: int) -> OutputRecord:
         alert = Alert(

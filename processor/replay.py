@@ -16,8 +16,9 @@ from schemas.messages import Heartbeat, Proposal, Rejection, RunSnapshot, Transi
 
 #: The scope a transition is decided again with: its key was checked when it was
 #: committed (and `verify` checks it against the proposal's signature), so none of the
-#: key's limits is checked again, and a committed `migrate` stands.
-AS_COMMITTED = Scope("(as committed)", operator=True)
+#: key's limits is checked again, and a committed `migrate` stands, as does a committed
+#: continuation (its original took it; `verify` checks that both runs name each other).
+AS_COMMITTED = Scope("(as committed)", operator=True, processor=True)
 
 
 @dataclass

@@ -151,6 +151,11 @@ def canonical_text(values: list[Any]) -> str:
     return rfc8785.dumps(values).decode()
 
 
+def json_digest(value: Any) -> str:
+    """Hex SHA-256 of the RFC 8785 form of `value`."""
+    return hashlib.sha256(_canonical([value])).hexdigest()
+
+
 def proposal_digest(
     event: str,
     reason: str | None,

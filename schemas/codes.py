@@ -40,4 +40,5 @@ class RejectionCode(StrEnum):
     DUPLICATE_STEP = "duplicate_step"
     STEP_IN_PROGRESS = "step_in_progress"
     CHECKPOINT_TOO_LARGE = "checkpoint_too_large"
+    CONTINUATION_REFUSED = "continuation_refused"
     STATE_TOO_LARGE = "state_too_large"

@@ -83,8 +83,8 @@ class CarriedStep(WireModel):
 class CreatePayload(WireModel):
     """The payload of a `create` proposal. With `continues`, the new run carries on from
     a finished one: it starts with the predecessor's succeeded `steps` and its
-    `checkpoint`, read from the predecessor's snapshot by whoever creates it (the engine
-    decides one run at a time and cannot read another)."""
+    `checkpoint`, read from the predecessor's snapshot by whoever creates it, and taken
+    only when the predecessor agrees they are its own (docs/contract.md §4)."""
 
     machine: Name
     options: RunOptions = Field(default_factory=RunOptions)
@@ -101,6 +101,44 @@ class CreatePayload(WireModel):
         if self.continues is None and (self.steps or self.checkpoint):
             raise ValueError("'steps' and 'checkpoint' are carried only with 'continues'")
         return self
+
+
+class ContinuationAsk(WireModel):
+    """The payload of `continued_by`, which a worker sends to a finished run when a
+    `create` asks to continue it: what the new run claims to carry, as digests, for the
+    original to check against its own snapshot. `create` is the asking proposal itself,
+    carried on to the new run when the original takes it; the original's transition
+    records the rest (no need to keep the carried data twice)."""
+
+    run_id: RunId = Field(description="The new run, which continues this one.")
+    proposal_id: ProposalId = Field(description="The new run's `create` proposal.")
+    principal: Principal = Field(description="Who asked to continue, as proven.")
+    key_id: str | None = Field(
+        default=None, description="The key the asking proposal was signed with, if limited."
+    )
+    machines: list[Name] | None = Field(
+        default=None, description="That key's machines, when it is limited to some."
+    )
+    revision: int = Field(ge=0, description="The revision the new run says it read.")
+    hash: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    steps_digest: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    checkpoint_digest: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    create: Proposal | None = Field(
+        default=None, description="The asking `create`; not recorded in the transition."
+    )
+
+
+class ContinuationAnswer(WireModel):
+    """The payload of `continuation_granted` and `continuation_refused`, which a worker
+    sends back to the new run: its `create` (decided then, as that proposal) and, when
+    refused, why."""
+
+    create: Proposal
+    principal: Principal
+    key_id: str | None = Field(default=None, description="As the ask names it.")
+    machines: list[Name] | None = Field(default=None, description="As the ask names them.")
+    code: Annotated[RejectionCode, Field(strict=False)] | None = None
+    detail: Annotated[str, Field(max_length=4096)] | None = None
 
 
 class CheckpointPayload(WireModel):
@@ -252,6 +290,14 @@ class RunSnapshot(VersionedMessage):
         default=None,
         description="When the latest heartbeat taken was signed: a later one must be "
         "signed after it (a replayed heartbeat moves no deadline).",
+    )
+    finished_by: Principal | None = Field(
+        default=None, description="Who sent the transition that finished the run."
+    )
+    continued_by: RunId | None = Field(
+        default=None,
+        description="The run that continues this finished one, once it took the "
+        "continuation (a run is continued once).",
     )
 
 

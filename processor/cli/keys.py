@@ -77,7 +77,9 @@ def keys() -> None:
 def generate(out: Path, algorithm: str, private_dir: Path | None, force: bool) -> None:
     """Write a new keyring to OUT with one key per standard principal: runtime, tool
     (tool_executor), model, approver; an operator's key, operator (authority runtime;
-    it signs machine versions and migrates runs); and each key's signing key."""
+    it signs machine versions and migrates runs); the workers' own key, worker
+    (authority runtime, processor: give its signing key to the workers as
+    --timer-key-file); and each key's signing key."""
     if out.exists() and not force:
         raise click.ClickException(f"{out} exists; use --force to replace it")
     keyring, signing = generate_keys(Algorithm(algorithm))
@@ -113,6 +115,12 @@ def generate(out: Path, algorithm: str, private_dir: Path | None, force: bool) -
     "and migrates runs to another version (with a machine's migrate_authorities).",
 )
 @click.option(
+    "--processor",
+    is_flag=True,
+    help="A key of the workers themselves (authority runtime): it signs deadlines and "
+    "the messages runs exchange (continuations); never an agent's.",
+)
+@click.option(
     "--valid-until-ms", type=int, default=None, help="Expiry (ms since the epoch; default: none)."
 )
 @click.option(
@@ -131,6 +139,7 @@ def add(
     machines: tuple[str, ...],
     run_prefixes: tuple[str, ...],
     operator: bool,
+    processor: bool,
     valid_until_ms: int | None,
     private_key_out: Path | None,
     effective_in_ms: int,
@@ -151,6 +160,7 @@ def add(
             machines=machines or None,
             run_prefixes=run_prefixes or None,
             operator=operator or None,
+            processor=processor or None,
         )
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
@@ -210,6 +220,7 @@ def rotate(
         machines=old.machines,
         run_prefixes=old.run_prefixes,
         operator=old.operator,
+        processor=old.processor,
     )
     if old.not_after_ms is None or old.not_after_ms > ends:
         old = old.model_copy(update={"not_after_ms": ends})

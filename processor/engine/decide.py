@@ -1,13 +1,15 @@
 """`decide`: one proposal in, one outcome out. Pure: no I/O, no clock, deterministic.
 
 Checks run in this order and the first failure wins (docs/wire.md §7 lists them with
-the intake's before them): unauthorized (the key's run id prefixes), then
+the intake's before them): unauthorized (the key's run id prefixes), then the messages
+between runs their own way (`_decide_relayed`), then
 
 - `create`: schema_invalid (its payload), unknown_machine, unauthorized (the key's
   machines, the continued run's prefix), unauthorized (a `timer:` id), the answer
   already given (the first again, or proposal_id_reused) else run_exists when the run
   exists, unauthorized (create authorities), limit_exceeded (the machine's ceilings),
-  checkpoint_too_large (a continuing create's checkpoint);
+  checkpoint_too_large (a continuing create's checkpoint), then a continuing create
+  asks its original (`Relay`);
 - any other event: unknown_run, unauthorized (the key's machines), unknown_machine,
   unauthorized (a borrowed `timer:` id), the answer already given (duplicate, the
   remembered rejection, or proposal_id_reused); `migrate` and `forget` then go their
@@ -45,9 +47,11 @@ A `checkpoint` (payload {"data": {...}}, by the step authorities, in step states
 the data of the work in progress, recorded where steps are) replaces the run's checkpoint
 as a whole and commits like any transition; data over CHECKPOINT_MAX_BYTES of canonical
 JSON is refused `checkpoint_too_large`. A `create` that `continues` a finished run
-starts with the steps and checkpoint its creator read from that run's snapshot (the
-engine reads one run only): the succeeded steps are recorded as succeeded, the
-checkpoint is held to the same limit, and the link is kept in `RunSnapshot.continues`.
+starts with the steps and checkpoint its creator read from that run's snapshot, once
+the original agreed (processor/engine/continuation.py: the create becomes a `Relay` to
+the original, whose answer decides it): the succeeded steps are recorded as succeeded,
+the checkpoint is held to the same limit, and the link is kept in
+`RunSnapshot.continues`.
 
 A heartbeat is liveness, not a transition: it passes the same checks up to
 invalid_transition (it is recorded only in step states) and comes out as a `Beat`, the
@@ -62,6 +66,7 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
+from processor.engine import continuation
 from processor.engine.answers import Answer, digest_of
 from processor.engine.checkpoint import oversized
 from processor.engine.lint import CREATE_EVENT, FORGET_EVENT, MIGRATE_EVENT, TIMER_AUTHORITY
@@ -81,6 +86,8 @@ from schemas.codes import RejectionCode as Code
 from schemas.machine import GuardKind
 from schemas.messages import (
     ApprovalPayload,
+    ContinuationAnswer,
+    ContinuationAsk,
     CreatePayload,
     Deadlines,
     FactPayload,
@@ -106,6 +113,8 @@ class Commit(NamedTuple):
     #: (transition JSON, snapshot JSON) once encoded: the pipeline encodes them to
     #: measure them, and the runtimes publish those very bytes.
     encoded: tuple[bytes, bytes] | None = None
+    #: Proposals the workers send to other runs with the commit (`Relay`).
+    sends: tuple[Proposal, ...] = ()
 
 
 class Beat(NamedTuple):
@@ -124,7 +133,15 @@ class Forget(NamedTuple):
     transition: Transition
 
 
-Decision = Commit | Beat | Forget | Rejection
+class Relay(NamedTuple):
+    """Nothing changes here yet: the workers send `proposal` to another run, signed with
+    their processor key (a continuation asked of its original, or the original's answer;
+    processor/engine/continuation.py). The asker's outcome comes from that run."""
+
+    proposal: Proposal
+
+
+Decision = Commit | Beat | Forget | Rejection | Relay
 
 
 #: A run created without deadlines: one shared instance (the model is frozen).
@@ -157,6 +174,8 @@ def decide(
     refused = None if scope is None else scope.refuses_run(proposal.run_id)
     if refused:  # before anything about the run, whether it exists included, is told
         return _reject(Code.UNAUTHORIZED, refused, proposal, principal, None, now_ms)
+    if proposal.event in continuation.RELAY_EVENTS:
+        return _decide_relayed(machines, snapshot, proposal, principal, now_ms, seen, scope)
     if proposal.event == CREATE_EVENT:
         return _decide_create(machines, snapshot, proposal, principal, now_ms, seen, scope)
     if snapshot is None:
@@ -186,7 +205,7 @@ def decide(
             "the worker that has it"
         )
         return _reject(Code.UNKNOWN_MACHINE, detail, proposal, principal, snapshot, now_ms)
-    borrowed = _borrowed_timer_id(proposal, principal)
+    borrowed = _borrowed_id(proposal, principal)
     if borrowed:
         return _reject(Code.UNAUTHORIZED, borrowed, proposal, principal, snapshot, now_ms)
     answer = _answer(snapshot, proposal.proposal_id, seen)
@@ -426,6 +445,7 @@ def _decide_create(
     now_ms: int,
     seen: Callable[[str], Answer | None] | None,
     scope: Scope | None,
+    granted: bool = False,
 ) -> Decision:
     try:
         create = CreatePayload.model_validate(proposal.payload)
@@ -469,7 +489,7 @@ def _decide_create(
             out_of_scope = scope.refuses_run(create.continues.run_id)
         if out_of_scope:
             return _reject(Code.UNAUTHORIZED, out_of_scope, proposal, principal, None, now_ms)
-    borrowed = _borrowed_timer_id(proposal, principal)
+    borrowed = _borrowed_id(proposal, principal)
     if borrowed:
         return _reject(Code.UNAUTHORIZED, borrowed, proposal, principal, snapshot, now_ms)
     if snapshot is not None:
@@ -504,6 +524,10 @@ def _decide_create(
         too_large = oversized(create.checkpoint)
         if too_large is not None:
             return _reject(Code.CHECKPOINT_TOO_LARGE, too_large, proposal, principal, None, now_ms)
+        # The original decides whether it is carried on (a processor's create, as a
+        # replay's, stands as committed).
+        if not granted and (scope is None or not scope.processor):
+            return Relay(continuation.ask(proposal, principal, scope, create))
 
     options = create.options
     spec = machine.spec
@@ -549,6 +573,8 @@ def _decide_create(
         "fact_sources": {},
         "heartbeat_id": None,
         "heartbeat_signed_at_ms": None,
+        "finished_by": None,
+        "continued_by": None,
     }
     return _seal(machine, values, None, proposal, principal, now_ms)
 
@@ -656,6 +682,106 @@ def _decide_forget(
     )
 
 
+def _decide_relayed(
+    machines: Mapping[str, Machine],
+    snapshot: RunSnapshot | None,
+    proposal: Proposal,
+    principal: Principal,
+    now_ms: int,
+    seen: Callable[[str], Answer | None] | None,
+    scope: Scope | None,
+) -> Decision:
+    """A message the workers send between runs (processor/engine/continuation.py): taken
+    from a processor key only, whatever the run."""
+    if scope is None or not scope.processor:
+        return _reject(
+            Code.UNAUTHORIZED,
+            f"'{proposal.event}' is sent between runs by the workers, with a processor key "
+            f'(keyring "processor": true); {principal.authority} ({principal.source}) may '
+            "not send it",
+            proposal,
+            principal,
+            None,
+            now_ms,
+        )
+    if proposal.event == continuation.CONTINUED_BY:
+        return _decide_continued_by(machines, snapshot, proposal, principal, now_ms, seen)
+    try:
+        answer = ContinuationAnswer.model_validate(proposal.payload)
+    except ValidationError as exc:
+        why = f"payload of '{proposal.event}': {describe_errors(exc)}"
+        return _reject(Code.SCHEMA_INVALID, why, proposal, principal, None, now_ms)
+    create = answer.create
+    if create.run_id != proposal.run_id or create.event != CREATE_EVENT:
+        why = f"'{proposal.event}' carries no create of run '{proposal.run_id}'"
+        return _reject(Code.SCHEMA_INVALID, why, proposal, principal, None, now_ms)
+    if proposal.event == continuation.REFUSED and snapshot is None:
+        code = answer.code or Code.CONTINUATION_REFUSED
+        detail = answer.detail or "the original run refused to be continued"
+        return _reject(code, detail, create, answer.principal, None, now_ms)
+    # Decided as the asking create, with the asking key's scope (a run there by now
+    # refuses it as it would any create, telling a key out of its scope nothing).
+    scope = continuation.asking_scope(answer.key_id, answer.machines)
+    return _decide_create(
+        machines, snapshot, create, answer.principal, now_ms, seen, scope, granted=True
+    )
+
+
+def _decide_continued_by(
+    machines: Mapping[str, Machine],
+    snapshot: RunSnapshot | None,
+    proposal: Proposal,
+    principal: Principal,
+    now_ms: int,
+    seen: Callable[[str], Answer | None] | None,
+) -> Decision:
+    """The original run takes a continuation or refuses it (`continuation.refusal`).
+    Taken: a transition naming the new run (the state stays) and the grant to send.
+    Refused: the refusal to send; nothing is recorded here. A transition decided again
+    (replay) carries no create: it commits as recorded, or is refused here."""
+    try:
+        asked = ContinuationAsk.model_validate(proposal.payload)
+    except ValidationError as exc:
+        why = f"payload of '{proposal.event}': {describe_errors(exc)}"
+        return _reject(Code.SCHEMA_INVALID, why, proposal, principal, None, now_ms)
+    if snapshot is not None:
+        answered = _answer(snapshot, proposal.proposal_id, seen)
+        if answered is not None:  # asked again (the create was resent): granted once
+            digest = digest_of(continuation.recorded(proposal), principal)
+            return _answered_again(proposal, principal, snapshot, answered, digest, now_ms)
+    machine = (
+        None
+        if snapshot is None
+        else machine_for(machines, snapshot.machine, snapshot.machine_version)
+    )
+    refused: tuple[Code, str] | None
+    if snapshot is None:
+        refused = (
+            Code.UNKNOWN_RUN,
+            f"run '{proposal.run_id}' does not exist (or its retention has passed): there "
+            "is nothing to continue",
+        )
+    elif machine is None:
+        refused = (
+            Code.UNKNOWN_MACHINE,
+            f"run '{proposal.run_id}' uses a machine version this worker does not hold",
+        )
+    else:
+        refused = continuation.refusal(machine, snapshot, asked)
+    if refused is not None:
+        if asked.create is None:
+            return _reject(*refused, proposal, principal, None, now_ms)
+        return Relay(continuation.answer(asked, *refused))
+    assert machine is not None and snapshot is not None
+    continued = snapshot.model_copy(update={"continued_by": asked.run_id})
+    commit = _commit(
+        machine, continued, continuation.recorded(proposal), principal, now_ms, snapshot.state
+    )
+    if asked.create is None:
+        return commit
+    return Commit(commit.snapshot, commit.transition, None, (continuation.answer(asked),))
+
+
 def _incompatibilities(target: Machine, snapshot: RunSnapshot) -> list[str]:
     """Why the run could not go on under `target`: its state is not there, or a deadline
     it has pending could not be decided there."""
@@ -722,6 +848,7 @@ def _commit(
         values["checkpoint"] = checkpoint
     if target != snapshot.state:
         values["entered_state_at_ms"] = now_ms
+        values["finished_by"] = principal if target in machine.terminal else None
         values["pause"] = (
             Pause.trusted({"revision": revision, "asked_by": principal, "at_ms": now_ms})
             if target in machine.approval_states
@@ -961,6 +1088,17 @@ def _stale(
     if moved is not None:
         return _reject(Code.REVISION_CONFLICT, moved, proposal, principal, snapshot, now_ms)
     return None
+
+
+def _borrowed_id(proposal: Proposal, principal: Principal) -> str | None:
+    """Why a proposal may not use its id: one of a deadline's, or of a message the
+    workers send between runs (those take their own path, `_decide_relayed`)."""
+    if proposal.proposal_id.startswith(continuation.RELAY_ID_PREFIX):
+        return (
+            f"proposal ids beginning '{continuation.RELAY_ID_PREFIX}' are those of the "
+            "messages the workers send between runs; choose another id"
+        )
+    return _borrowed_timer_id(proposal, principal)
 
 
 def _borrowed_timer_id(proposal: Proposal, principal: Principal) -> str | None:

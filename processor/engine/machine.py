@@ -81,6 +81,9 @@ class Machine:
     #: Approval waits: states an approver's decision (an `approval` event) leaves. A
     #: commit entering one records the pause (its revision, who asked).
     approval_states: frozenset[str] = frozenset()
+    #: Who decides approvals (the authorities of its `approval` events): a run one of
+    #: them finished is not carried on by another run.
+    approval_authorities: frozenset[str] = frozenset()
 
     @property
     def name(self) -> str:
@@ -220,6 +223,9 @@ def compile_machine(spec: MachineSpec) -> Machine:
         dedupe_window=spec.dedupe_window,
         retry=spec.retry,
         approval_states=approval_states(spec),
+        approval_authorities=frozenset(
+            a for e in spec.events.values() if e.approval is not None for a in e.authorities
+        ),
     )
 
 

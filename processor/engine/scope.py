@@ -1,5 +1,6 @@
-"""A credential's scope: which runs its authority reaches (machines, run id prefixes), and
-whether it is an operator's (operators publish machine versions and migrate runs)."""
+"""A credential's scope: which runs its authority reaches (machines, run id prefixes),
+whether it is an operator's (operators publish machine versions and migrate runs), and
+whether it is the workers' own (processor keys carry messages between runs)."""
 
 from dataclasses import dataclass
 
@@ -14,7 +15,9 @@ class Scope:
     """What a signing key may touch, beyond what its authority may send: runs of these
     machines only, and runs whose id starts with one of these prefixes (one team's runs).
     None is no limit. `operator`: the keyring gives the key operator authority, which
-    alone moves a run to another machine version and signs machine versions. A refusal
+    alone moves a run to another machine version and signs machine versions.
+    `processor`: a key of the workers themselves, which alone sends the messages runs
+    exchange (processor/engine/continuation.py); never an agent's. A refusal
     names the key and its limit, never the run's machine, state or revision: the key
     may not know them."""
 
@@ -22,6 +25,7 @@ class Scope:
     machines: frozenset[str] | None = None
     run_prefixes: tuple[str, ...] | None = None
     operator: bool = False
+    processor: bool = False
 
     def refuses(self, machine: str, run_id: str) -> str | None:
         """Why a run of `machine` with id `run_id` is out of this scope, or None."""

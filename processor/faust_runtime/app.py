@@ -31,7 +31,7 @@ from faust.types import TP
 
 from processor.cluster import client_id
 from processor.config import WorkerConfig
-from processor.engine import Beat, Commit, Forget
+from processor.engine import Beat, Commit, Forget, Relay
 from processor.engine.answers import Answer, committed_digest
 from processor.faust_runtime import datadir_of
 from processor.faust_runtime.kafka import faust_kafka_settings
@@ -72,7 +72,7 @@ from processor.pipeline import (
 from processor.punctuator import Punctuator, timer_key
 from processor.read_fence import ReadFence
 from processor.runtime.preflight import batch_size
-from schemas.messages import Rejection, RunSnapshot
+from schemas.messages import Proposal, Rejection, RunSnapshot
 
 log = logging.getLogger("runstate.faust")
 
@@ -87,6 +87,7 @@ class FaustStats:
     heartbeats: int = 0
     rejections: int = 0
     dead_letters: int = 0
+    relays: int = 0  # messages sent to other runs (a continuation's)
     skipped: int = 0  # decided before a crash, outcome already delivered
     deadlines_fired: int = 0
     alerts_raised: int = 0
@@ -223,8 +224,15 @@ def build_app(
     stats = FaustStats()
     read_fence = ReadFence()
     punctuator = Punctuator(
-        topics, timer_key(config.keyring, config.timer_key_id, config.timer_key_file)
+        topics,
+        timer_key(config.keyring, config.timer_key_id, config.timer_key_file),
+        config.keyring,
     )
+
+    def relay(proposal: Proposal) -> OutputRecord:
+        """A message to another run, signed now (the record's time must be fresh)."""
+        return punctuator.relay(proposal, int(time.time() * 1000), partitions)
+
     keyring = KeyringWatch(config.keyring, config.keyring_file)
     due_index = DueIndex()
 
@@ -359,6 +367,7 @@ def build_app(
                         max_state_bytes=config.max_state_bytes,
                         timestamp_type=TimestampType.of_kafka(message.timestamp_type),
                         commit_limits=commit_limits,
+                        relays=punctuator.relays,
                     )
                     metrics.decision.observe(time.perf_counter() - began)
             except Exception as exc:  # a bug must not stall the partition
@@ -369,7 +378,7 @@ def build_app(
                 message.topic, partition, message.offset, message.key, message.value, at_ms
             )
             try:
-                records = outcome_records(topics, outcome, source, limits)
+                records = outcome_records(topics, outcome, source, limits, relay=relay)
             except Exception as exc:  # a bug must not stall the partition
                 log.exception("encoding %s@%s failed", message.partition, message.offset)
                 outcome = DeadLetterReason(f"internal error while encoding its outcome: {exc!r}")
@@ -412,8 +421,13 @@ def build_app(
                     if record.topic == topics.changelog and n == len(records) - 1:
                         snapshot = record
                         headers = [(SOURCE_OFFSET_HEADER, str(message.offset).encode())]
+                    elif record.partition is not None:  # a message to another run, signed
+                        headers = cast(Any, record.headers)
                     sent = await outputs[record.topic].send(
-                        key=record.key, value=record.value, partition=partition, headers=headers
+                        key=record.key,
+                        value=record.value,
+                        partition=partition if record.partition is None else record.partition,
+                        headers=headers,
                     )
                     await sent
                 for record in own:
@@ -442,6 +456,8 @@ def build_app(
                 stats.heartbeats += 1
             elif isinstance(outcome, DeadLetterReason):
                 stats.dead_letters += 1
+            elif isinstance(outcome, Relay):
+                stats.relays += 1
             else:
                 stats.rejections += 1
             stats.proposals += 1

@@ -39,7 +39,7 @@ from confluent_kafka.admin import AdminClient
 from processor import identity
 from processor.cluster import client_id
 from processor.config import WorkerConfig
-from processor.engine import Beat, Commit, Forget, is_finished
+from processor.engine import Beat, Commit, Forget, Relay, is_finished
 from processor.errors import ClientBroken, ClientHung, WorkerError
 from processor.intake import TimestampType, Verified
 from processor.keyring import KeyringWatch
@@ -48,6 +48,7 @@ from processor.outputs import (
     DEFAULT_BATCH_SIZE,
     UNLIMITED,
     CommitLimits,
+    OutputRecord,
     RecordLimits,
     Source,
     dead_letter_record,
@@ -75,7 +76,7 @@ from processor.runtime.statedir import StateDir, StateDirBusy
 from processor.runtime.store import PartitionStore, PartitionTransaction
 from processor.runtime.stores import StoreRegistry
 from processor.runtime.verifier import BatchVerifier
-from schemas.messages import Rejection, RunSnapshot
+from schemas.messages import Proposal, Rejection, RunSnapshot
 
 log = logging.getLogger("runstate.worker")
 
@@ -121,6 +122,7 @@ class WorkerStats:
     heartbeats: int = 0
     rejections: int = 0
     dead_letters: int = 0
+    relays: int = 0  # messages sent to other runs (a continuation's)
     checkpoints: int = 0
     aborts: int = 0
     restored_records: int = 0
@@ -163,7 +165,9 @@ class Worker:
             raise WorkerError(str(exc)) from exc
         self.worker_id = self.state_dir.worker_id(config.worker_id)
         self.punctuator = Punctuator(
-            config.topics, timer_key(config.keyring, config.timer_key_id, config.timer_key_file)
+            config.topics,
+            timer_key(config.keyring, config.timer_key_id, config.timer_key_file),
+            config.keyring,
         )
         self.keyring = KeyringWatch(config.keyring, config.keyring_file)
         self._last_punctuation = 0.0
@@ -473,7 +477,7 @@ class Worker:
             answers = (
                 store.answer_keys(outcome.transition.run_id) if isinstance(outcome, Forget) else ()
             )
-            records = outcome_records(self.topics, outcome, source, limits, answers)
+            records = outcome_records(self.topics, outcome, source, limits, answers, self._relay)
         except Exception as exc:  # a bug must not turn one record into a stalled partition
             log.exception("publishing %s[%s]@%s failed", source.topic, partition, offset)
             outcome = DeadLetterReason(f"internal error while encoding its outcome: {exc!r}")
@@ -484,7 +488,7 @@ class Worker:
         # In the batch before producing: a produce refused at once names this record.
         checkpoint.consumed(partition, offset)
         for record in records:
-            checkpoint.produce(record, partition)
+            checkpoint.produce(record, partition if record.partition is None else record.partition)
         if isinstance(outcome, Rejection) and outcome.run_id and store.snapshot(outcome.run_id):
             store.stage_refusal(outcome, records[0].value)  # for the run's inspector page
         if isinstance(outcome, Commit):
@@ -498,11 +502,17 @@ class Worker:
             self.stats.transitions += 1
         elif isinstance(outcome, DeadLetterReason):
             self.stats.dead_letters += 1
+        elif isinstance(outcome, Relay):
+            self.stats.relays += 1
         else:
             self.stats.rejections += 1
         self.stats.proposals += 1
         if isolated:
             self._commit()
+
+    def _relay(self, proposal: Proposal) -> OutputRecord:
+        """A message to another run, signed now (the record's time must be fresh)."""
+        return self.punctuator.relay(proposal, int(time.time() * 1000), self.partitions)
 
     def _decide(
         self, store: PartitionTransaction, source: Source, admitted: Admitted | Outcome
@@ -524,6 +534,8 @@ class Worker:
                 seen=store.seen,
                 max_state_bytes=self.config.max_state_bytes,
                 commit_limits=self.commit_limits,
+                max_relay_bytes=self.config.max_proposal_bytes,
+                relays=self.punctuator.relays,
             )
         except Exception as exc:  # a bug must not turn one record into a stalled partition
             log.exception(

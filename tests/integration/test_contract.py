@@ -1,7 +1,8 @@
 """The contract against a hostile key holder, on the real broker, in both runtimes:
 answered means answered (across a worker that restores from the changelog), approvals
-bound to their pause, steps settled before success, ceilings on creator limits, and a
-scope that discloses nothing of runs outside it. One worker per runtime serves the
+bound to their pause, steps settled before success, ceilings on creator limits, a
+scope that discloses nothing of runs outside it, and continuations the original agreed
+to. One worker per runtime serves the
 module; each test uses its own runs."""
 
 import json
@@ -19,11 +20,13 @@ from confluent_kafka.admin import AdminClient
 from processor.client import RunstateClient, approval_payload
 from processor.config import KafkaSettings
 from processor.keyring import generate_keyring, load_keyring
+from processor.machines import builtin_machines
 from processor.readback import read_partitions
+from processor.resume import continuation_payload
 from processor.topics import TopicNames, create_topics, plan_topics
 from schemas.codes import RejectionCode
 from schemas.messages import Rejection, RunSnapshot, Transition
-from tests.integration.harness import Env, WorkerProcess, published
+from tests.integration.harness import Env, WorkerProcess, published, runstate
 
 pytestmark = pytest.mark.integration
 
@@ -372,6 +375,66 @@ def test_ceilings_on_limits_and_a_scope_that_discloses_nothing(world: World) -> 
         assert (outside.state, outside.revision) == (None, None), outside
         assert M not in outside.detail and "running" not in outside.detail, outside.detail
         assert world.snapshot("team-ab-7").state == "running"
+    finally:
+        runtime.close()
+        team_a.close()
+
+
+# -- continuations -------------------------------------------------------------------
+def test_a_run_is_continued_once_as_its_original_agrees(world: World) -> None:
+    """The original (another partition, most likely) checks the continuation through
+    the workers' messages: a tampered claim and a second continuation are refused with
+    the original's reason, a grant forged by an agent is refused, and the continuation
+    taken is named by both runs, which `verify` checks again from the log."""
+    runtime, team_a = world.client(), world.client("team-a")
+    try:
+        _started(world, "cont-1")
+        refund = {"step": "refund", "idempotency_key": "cont-1:refund"}
+        _committed(runtime, "cont-1", "step_started", payload=refund)
+        _committed(runtime, "cont-1", "step_succeeded", payload={"step": "refund", "result": 7})
+        _committed(runtime, "cont-1", "fatal_error")
+        old = world.snapshot("cont-1")
+        honest = continuation_payload(old, builtin_machines())
+
+        claims_more = {**honest, "steps": {**honest["steps"], "wire": {"result": "sent"}}}
+        tampered = _refused(
+            runtime, "cont-2", "create", RejectionCode.CONTINUATION_REFUSED, payload=claims_more
+        )
+        assert "succeeded steps" in tampered.detail
+        # team-a's key does not reach cont-1: refused before anything is asked of it
+        _refused(team_a, "team-a-cont", "create", RejectionCode.UNAUTHORIZED, payload=honest)
+        forged = {
+            "create": {
+                "proposal_id": "p-forged",
+                "run_id": "cont-3",
+                "event": "create",
+                "payload": claims_more,
+            },
+            "principal": {"source": "runtime", "authority": "runtime"},
+        }
+        _refused(
+            runtime, "cont-3", "continuation_granted", RejectionCode.UNAUTHORIZED, payload=forged
+        )
+
+        created = _committed(runtime, "cont-4", "create", payload=honest)
+        assert created.payload["continues"]["run_id"] == "cont-1"
+        named = [t for t in published(world.env).transitions if t.run_id == "cont-1"][-1]
+        assert named.event == "continued_by" and named.payload["run_id"] == "cont-4"
+        assert world.snapshot("cont-1").continued_by == "cont-4"
+        assert world.snapshot("cont-4").steps["refund"].result == 7
+        assert "cont-3" not in {t.run_id for t in published(world.env).transitions}
+
+        again = _refused(
+            runtime,
+            "cont-5",
+            "create",
+            RejectionCode.CONTINUATION_REFUSED,
+            payload=continuation_payload(world.snapshot("cont-1"), builtin_machines()),
+        )
+        assert "continued by run 'cont-4'" in again.detail
+        # The log proves it again: every decision here, both runs' chains and the link.
+        verified = runstate(world.env, "verify", "--keyring-file", str(world.env.keyring_path))
+        assert verified.returncode == 0, verified.stdout + verified.stderr
     finally:
         runtime.close()
         team_a.close()

@@ -3,7 +3,7 @@
 from collections.abc import Mapping
 from typing import Any
 
-from processor.engine import Beat, Commit, Decision, Machine, decide
+from processor.engine import Beat, Commit, Decision, Machine, Relay, decide
 from processor.engine.answers import Answer, committed_digest
 from processor.engine.scope import Scope
 from processor.machines import builtin_machines
@@ -15,6 +15,11 @@ MODEL = Principal(source="model:planner", authority="model")
 APPROVER = Principal(source="approver:alice", authority="approver")
 #: The scope of an operator's key (keyring "operator": true): what `migrate` takes.
 OPERATOR = Scope("operator", operator=True)
+#: The workers' own key (keyring "processor": true): it carries messages between runs.
+WORKER = Principal(source="worker", authority="runtime")
+PROCESSOR = Scope("worker", processor=True)
+#: The latest driver of each run id: where the messages between runs are delivered.
+RUNS: dict[str, "Driver"] = {}
 
 
 class Driver:
@@ -32,6 +37,7 @@ class Driver:
         self.answers: dict[str, Answer] = {}  # every proposal id answered, for the run's life
         self.now = 1_700_000_000_000
         self._n = 0
+        RUNS[run_id] = self
 
     def propose(
         self,
@@ -55,6 +61,17 @@ class Driver:
             payload=payload or {},
             metadata=metadata or {},
         )
+        decision = self._decide(proposal, principal, scope)
+        # The messages between runs, delivered at once, as the workers do: the decision
+        # returned is the proposal's own, at the end of the round trip.
+        while isinstance(decision, Relay) or (isinstance(decision, Commit) and decision.sends):
+            sent = decision.proposal if isinstance(decision, Relay) else decision.sends[0]
+            target = RUNS.get(sent.run_id) or Driver(self.machines, sent.run_id)
+            target.now = max(target.now, self.now)
+            decision = target._decide(sent, WORKER, PROCESSOR)
+        return decision
+
+    def _decide(self, proposal: Proposal, principal: Principal, scope: Scope | None) -> Decision:
         decision = decide(
             self.machines, self.snapshot, proposal, principal, self.now, self.answers.get, scope
         )

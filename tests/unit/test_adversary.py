@@ -15,7 +15,11 @@ checked by an oracle that follows the transitions on its own:
   refusal never turns into a commit;
 - nothing commits outside the signing key's scope (prefixes on a separator boundary),
   and a refusal to a key outside the run's scope tells nothing of the run;
-- a replayed heartbeat moves no deadline.
+- a replayed heartbeat moves no deadline;
+- a run is continued only as its original agreed: the original was finished, not by an
+  approver, and continued by no run before; the continuation carries exactly its
+  succeeded steps and checkpoint; both runs name each other. Only the workers' key
+  carries the messages between runs; the attacker's relays of them are refused.
 
 `make adversary` runs it long (RUNSTATE_ADVERSARY_EXAMPLES) and prints what it tried.
 """
@@ -32,17 +36,19 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from processor.engine import Beat, Commit, Forget, Machine, compile_machine, lint
+from processor.engine import Beat, Commit, Forget, Machine, Relay, compile_machine, lint
+from processor.engine.continuation import CONTINUED_BY, GRANTED, REFUSED, RELAY_EVENTS
 from processor.engine.machine import Catalog
 from processor.engine.scope import reaches
 from processor.keyring import Keyring, SigningKey
 from processor.machines import builtin_machines
 from processor.pipeline import DeadLetterReason, Outcome, RunsInMemory, decide_record
 from processor.punctuator import Punctuator
+from processor.resume import continuation_payload
 from processor.topics import TopicNames
 from schemas import Rejection, RejectionCode
 from schemas.machine import MachineSpec
-from schemas.messages import StepStatus
+from schemas.messages import Proposal, RunSnapshot, StepStatus
 
 pytestmark = pytest.mark.unit
 
@@ -65,10 +71,13 @@ KEYS: dict[str, dict[str, Any]] = {
     "tool-a": {"source": "tool:a", "authority": "tool_executor", "run_prefixes": ["team-a"]},
     "model": {"source": "model:planner", "authority": "model"},
 }
+#: The workers' own key: it carries the messages between runs. No attacker holds it.
+WORKER = "worker"
+_ALL_KEYS = {**KEYS, WORKER: {"source": "worker", "authority": "runtime", "processor": True}}
 KEYRING = Keyring.model_validate(
-    {"keys": {k: {**v, "secret": f"{k}-secret-" + "x" * 24} for k, v in KEYS.items()}}
+    {"keys": {k: {**v, "secret": f"{k}-secret-" + "x" * 24} for k, v in _ALL_KEYS.items()}}
 )
-SIGNERS = {k: SigningKey.hmac(k, f"{k}-secret-" + "x" * 24) for k in KEYS}
+SIGNERS = {k: SigningKey.hmac(k, f"{k}-secret-" + "x" * 24) for k in _ALL_KEYS}
 #: Few runs, so that each goes deep: one in team-a's scope, one that only starts like
 #: it, one of team-b.
 RUN_IDS = ["team-a-1", "team-ab-1", "team-b/1"]
@@ -143,15 +152,25 @@ class Life:
     committed: set[str] = field(default_factory=set)
     refused: dict[str, Rejection] = field(default_factory=dict)
     beats_signed: list[int] = field(default_factory=list)
+    finished_by: str | None = None  # the authority that finished it
+    continued_by: str | None = None
 
 
 @dataclass(frozen=True)
 class Sent:
     run_id: str
-    key_id: str
+    key_id: str  # for a message between runs: the key of the create that caused it
     value: bytes
     headers: Any
     signed_at: int
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A message between runs the workers have yet to deliver, caused by `key_id`."""
+
+    proposal: Proposal
+    key_id: str
 
 
 class Adversary(RuleBasedStateMachine):
@@ -163,7 +182,8 @@ class Adversary(RuleBasedStateMachine):
         self.lives: dict[str, Life] = {}
         self.sent: list[Sent] = []
         self.ids = itertools.count()
-        self.punctuator = Punctuator(TOPICS, SIGNERS["runtime"])
+        self.punctuator = Punctuator(TOPICS, SIGNERS[WORKER], KEYRING)
+        self.pending: list[Pending] = []
 
     @initialize(spec=st.composite(_generated_machine)())
     def add_generated_machine(self, spec: MachineSpec | None) -> None:
@@ -183,17 +203,44 @@ class Adversary(RuleBasedStateMachine):
                 {"deadlines": {"approval_timeout_ms": 2**53 - 1}},
             ]
         ),
-        carried=st.booleans(),
+        carried=st.sampled_from(["no", "no", "honest", "claims a step", "stale", "made up"]),
+        original=st.sampled_from(RUN_IDS),
     )
     def create(
-        self, run_id: str, key_id: str, machine: str, options: dict[str, Any], carried: bool
+        self,
+        run_id: str,
+        key_id: str,
+        machine: str,
+        options: dict[str, Any],
+        carried: str,
+        original: str,
     ) -> None:
+        """A run created, or one continuing another: as an honest SDK reads the original
+        (`continuation_payload`), or claiming a step the original never finished, naming
+        an older revision of it, or carrying a run that never existed."""
         payload: dict[str, Any] = {"machine": machine, "options": options}
-        if carried:  # claim a step another run never finished, as continuing it
+        before = self.runs.lookup(original)
+        if carried == "made up" or (carried != "no" and before is None):
             payload |= {
-                "continues": {"run_id": "team-b/1", "revision": 3, "hash": "0" * 64},
+                "continues": {"run_id": original, "revision": 3, "hash": "0" * 64},
                 "steps": {"refund": {"result": "refunded"}},
             }
+        elif carried != "no" and before is not None:
+            try:
+                payload |= continuation_payload(before, self.machines)
+            except ValueError:  # not finished: claim it anyway
+                payload |= {
+                    "continues": {
+                        "run_id": original,
+                        "revision": before.revision,
+                        "hash": before.last_hash,
+                    }
+                }
+            payload["machine"] = machine
+            if carried == "claims a step":
+                payload["steps"] = {**payload.get("steps", {}), "refund": {"result": "done"}}
+            elif carried == "stale" and before.revision > 0:
+                payload["continues"]["revision"] = before.revision - 1
         self._send(run_id, key_id, "create", payload=payload)
 
     @rule(
@@ -217,6 +264,7 @@ class Adversary(RuleBasedStateMachine):
                 "checkpoint",
                 "migrate",
                 "forget",
+                *sorted(RELAY_EVENTS),  # forged messages between runs
             ]
         ),
         data=st.data(),
@@ -354,6 +402,58 @@ class Adversary(RuleBasedStateMachine):
         headers = signer.headers(TOPICS.proposals, old.run_id.encode(), old.value, self.now)
         self._decide(Sent(old.run_id, key_id, old.value, headers, self.now))
 
+    @rule(key_id=st.sampled_from(sorted(KEYS)), data=st.data())
+    def continue_a_finished_run(self, key_id: str, data: st.DataObject) -> None:
+        """Where the continuation rules matter: a finished run continued as a free run
+        id, honestly or not, the workers delivering the messages at once or later."""
+        finished = [
+            r
+            for r, life in sorted(self.lives.items())
+            if life.state in self._machine(life.machine, life.version).terminal
+        ]
+        free = [r for r in RUN_IDS if r not in self.lives]
+        if not finished and self.lives:  # finish one first, the shortest way
+            run_id = data.draw(st.sampled_from(sorted(self.lives)), label="to finish")
+            self._finish(run_id)
+            life = self.lives.get(run_id)
+            if (
+                life is not None
+                and life.state in self._machine(life.machine, life.version).terminal
+            ):
+                finished = [run_id]
+        if not finished or not free:
+            return
+        original = data.draw(st.sampled_from(finished), label="original")
+        before = self.runs.lookup(original)
+        assert before is not None
+        payload = continuation_payload(before, self.machines)
+        tamper = data.draw(
+            st.sampled_from(["none", "none", "step", "checkpoint", "stale"]), label="tamper"
+        )
+        if tamper == "step":
+            payload["steps"] = {**payload["steps"], "refund": {"result": "done"}}
+        elif tamper == "checkpoint":
+            payload["checkpoint"] = {"n": 2}
+        elif tamper == "stale" and before.revision > 0:
+            payload["continues"]["revision"] = before.revision - 1
+        self._send(
+            data.draw(st.sampled_from(free), label="new run"), key_id, "create", payload=payload
+        )
+        while self.pending and data.draw(st.booleans(), label="delivered at once"):
+            self.workers_deliver(0)
+
+    @rule(index=st.integers(0, 10_000))
+    def workers_deliver(self, index: int) -> None:
+        """A message between runs arrives, in any order against everything else (a
+        continuation's ask at its original, the answer at the new run)."""
+        if not self.pending:
+            return
+        sent = self.pending.pop(index % len(self.pending))
+        record = self.punctuator.relay(sent.proposal, self.now, 1)
+        assert record.value is not None
+        run_id = sent.proposal.run_id
+        self._decide(Sent(run_id, sent.key_id, record.value, record.headers, self.now))
+
     @rule(ms=st.sampled_from([1, 500, 30_000, 120_000, 3_600_000]))
     def wait(self, ms: int) -> None:
         self.now += ms
@@ -403,6 +503,30 @@ class Adversary(RuleBasedStateMachine):
             return {"data": {"n": 1}}
         if event == "migrate":
             return {"version": data.draw(st.sampled_from(["0" * 16, "x"]))}
+        if event == CONTINUED_BY:  # as if a run asked, carrying what it claims
+            return {
+                "run_id": data.draw(st.sampled_from(RUN_IDS)),
+                "proposal_id": "p-forged",
+                "principal": {"source": "runtime", "authority": "runtime"},
+                "revision": 0 if life is None else life.revision,
+                "hash": "0" * 64,
+                "steps_digest": "0" * 64,
+                "checkpoint_digest": "0" * 64,
+            }
+        if event in (GRANTED, REFUSED):  # the original's answer, made up
+            return {
+                "create": {
+                    "proposal_id": "p-forged",
+                    "run_id": data.draw(st.sampled_from(RUN_IDS)),
+                    "event": "create",
+                    "payload": {
+                        "machine": "task_lifecycle",
+                        "continues": {"run_id": "team-b/1", "revision": 3, "hash": "0" * 64},
+                        "steps": {"refund": {"result": "refunded"}},
+                    },
+                },
+                "principal": {"source": "runtime", "authority": "runtime"},
+            }
         return {}
 
     def _proposal_id(self, run_id: str, data: st.DataObject) -> str:
@@ -448,11 +572,19 @@ class Adversary(RuleBasedStateMachine):
         life = self.lives.get(sent.run_id)
         proposal_id = json.loads(sent.value)["proposal_id"]
         body = json.loads(sent.value)
-        machine_name = life.machine if life is not None else body.get("payload", {}).get("machine")
+        created = body.get("payload", {})
+        if body["event"] in (GRANTED, REFUSED) and isinstance(created.get("create"), dict):
+            created = created["create"].get("payload", {})  # the create it answers
+        machine_name = life.machine if life is not None else created.get("machine")
         prefixes = key.get("run_prefixes")
         in_scope = (prefixes is None or any(reaches(p, sent.run_id) for p in prefixes)) and (
             "machines" not in key or machine_name in key["machines"]
         )
+        if isinstance(outcome, Relay):
+            self.pending.append(Pending(outcome.proposal, sent.key_id))
+            return
+        if isinstance(outcome, Commit):
+            self.pending += [Pending(p, sent.key_id) for p in outcome.sends]
         if isinstance(outcome, Rejection):
             if not in_scope:
                 assert outcome.state is None and outcome.revision is None, outcome
@@ -489,6 +621,8 @@ class Adversary(RuleBasedStateMachine):
                 n for n, s in snapshot.steps.items() if s.status is StepStatus.EXECUTING
             }
             assert not life.executing
+            if "continues" in t.payload:
+                self._check_continuation(t.run_id, t.payload)
             self.lives[sent.run_id] = life
             life.committed.add(t.proposal_id)
             return
@@ -518,13 +652,83 @@ class Adversary(RuleBasedStateMachine):
             life.executing.add(step)
         elif t.event in ("step_succeeded", "step_failed"):
             life.executing.discard(t.payload["step"])
+        if t.event == CONTINUED_BY:  # the original takes a continuation
+            assert t.principal.source == "worker", "a message between runs from an agent"
+            assert t.to_state == t.from_state and t.to_state in machine.terminal, (
+                f"a run continued in {t.from_state}, not finished"
+            )
+            assert life.continued_by is None, f"continued twice: by {life.continued_by}"
+            assert life.finished_by not in machine.approval_authorities, (
+                "a run an approver ended was continued"
+            )
+            life.continued_by = t.payload["run_id"]
         if t.to_state in SUCCESS:
             assert not life.executing, f"{t.to_state} with steps executing: {life.executing}"
+        if t.to_state in machine.terminal and t.from_state != t.to_state:
+            life.finished_by = t.principal.authority
         if t.to_state in waits and t.from_state != t.to_state:
             life.pause = (t.revision, t.principal.source)
         elif t.to_state not in waits:
             life.pause = None
         life.state, life.revision, life.version = t.to_state, t.revision, t.machine_version
+
+    def _finish(self, run_id: str) -> None:
+        """Drive a run to a finished state by the shortest way, each edge sent by the
+        first key allowed to (an approval as a bound decision)."""
+        for _ in range(8):
+            life = self.lives.get(run_id)
+            if life is None:
+                return
+            machine = self._machine(life.machine, life.version)
+            path = _shortest_to_an_end(machine, life.state)
+            if not path:
+                return
+            event = path[0]
+            spec = machine.events[event]
+            keys = [
+                k
+                for k, v in sorted(KEYS.items())
+                if v["authority"] in spec.authorities
+                and (life.pause is None or v["source"] != life.pause[1])
+            ]
+            if not keys:
+                return
+            payload: dict[str, Any] = {}
+            if spec.approval is not None and life.pause is not None:
+                payload = {"pause": life.pause[0], "expires_at_ms": self.now + 60_000}
+            edge = machine.edges[(life.state, event)]
+            reason = min(edge.reasons) if edge.reasons else None
+            self._send(
+                run_id,
+                keys[0],
+                event,
+                payload=payload,
+                reason=reason,
+                expected_revision=life.revision,
+            )
+
+    def _check_continuation(self, run_id: str, payload: dict[str, Any]) -> None:
+        """A continuation committed: its original took it first, naming it, and it
+        carries exactly the original's succeeded steps and checkpoint."""
+        link = payload["continues"]
+        original = self.lives.get(link["run_id"])
+        assert original is not None, f"{run_id} continues a run that is not there"
+        assert original.continued_by == run_id, (
+            f"{run_id} continues {link['run_id']}, which names {original.continued_by}"
+        )
+        before: RunSnapshot | None = self.runs.lookup(link["run_id"])
+        assert before is not None
+        succeeded = {
+            n: (s.idempotency_key, s.attempts, s.result)
+            for n, s in before.steps.items()
+            if s.status is StepStatus.SUCCEEDED
+        }
+        carried = {
+            n: (s.get("idempotency_key"), s.get("attempts", 1), s.get("result"))
+            for n, s in payload.get("steps", {}).items()
+        }
+        assert carried == succeeded, f"{run_id} carries {carried}, the original had {succeeded}"
+        assert payload.get("checkpoint", {}) == before.checkpoint
 
     def _machine(self, name: str, version: str | None) -> Machine:
         machine = self.machines.get(name)
@@ -538,6 +742,23 @@ class Adversary(RuleBasedStateMachine):
             assert snapshot is not None and snapshot.revision == life.revision
             executing = {n for n, s in snapshot.steps.items() if s.status is StepStatus.EXECUTING}
             assert executing == life.executing
+
+
+def _shortest_to_an_end(machine: Machine, state: str) -> list[str]:
+    """The events of a shortest way from `state` to a finished state (none: none)."""
+    ways: dict[str, list[str]] = {state: []}
+    frontier = [state]
+    while frontier:
+        nxt = []
+        for at in frontier:
+            if at in machine.terminal:
+                return ways[at]
+            for (source, event), edge in sorted(machine.edges.items()):
+                if source == at and edge.target not in ways and not edge.guards:
+                    ways[edge.target] = [*ways[at], event]
+                    nxt.append(edge.target)
+        frontier = nxt
+    return []
 
 
 #: Refusals made before a run's memory of answers is read: of a record not proven to

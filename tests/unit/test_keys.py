@@ -87,7 +87,7 @@ def test_a_hmac_keyring_from_generate_signs_and_verifies(tmp_path: Path) -> None
     out = _run("generate", str(ring), "--algorithm", "hmac-sha256")
     files = out["signing_keys"]
     assert isinstance(files, dict)
-    assert set(files) == {"runtime", "tool", "model", "approver", "operator"}
+    assert set(files) == {"runtime", "tool", "model", "approver", "operator", "worker"}
     now = int(time.time() * 1000)
     assert isinstance(_check(ring, Path(files["tool"]), now), Credential)
     stale = _check(ring, Path(files["tool"]), now, signed_at=now - 300_001)
@@ -100,7 +100,14 @@ def test_a_worker_reads_the_keyring_again_and_keeps_it_when_the_file_is_broken(
     ring = tmp_path / "ring.json"
     _run("generate", str(ring))
     watch = KeyringWatch(load_keyring(ring, None), ring, interval_s=0.0)
-    assert set(watch.current().keys) == {"runtime", "tool", "model", "approver", "operator"}
+    assert set(watch.current().keys) == {
+        "runtime",
+        "tool",
+        "model",
+        "approver",
+        "operator",
+        "worker",
+    }
     _run(
         "add", "extra", "--keyring-file", str(ring), "--source", "s", "--authority", "a",
         "--private-key-out", str(tmp_path / "x.json"),

@@ -588,3 +588,18 @@ def test_a_creation_refused_is_no_runs_answer() -> None:
     assert isinstance(send("y", "create", payload={"machine": "run_state"}), Commit)
     stale = send("z", "start", expected_revision=5)
     assert isinstance(stale, Rejection) and stale.content_digest is not None
+
+
+def test_continuation_refused() -> None:
+    """The original run refuses to be carried on: not finished, or the claim is not its
+    own; the refusal comes back as the create's, naming why."""
+    original = Driver(run_id="orig-1")
+    original.create("task_lifecycle")
+    original.commit("start")
+    assert original.snapshot is not None
+    link = {"run_id": "orig-1", "revision": 1, "hash": original.snapshot.last_hash}
+    live = Driver(run_id="next-1").refuse(
+        "create", payload={"machine": "task_lifecycle", "continues": link}
+    )
+    assert live.code is RejectionCode.CONTINUATION_REFUSED and "not finished" in live.detail
+    assert live.run_id == "next-1" and live.proposal_id == "p1" and live.principal == RUNTIME

@@ -12,7 +12,7 @@ from processor.machines import builtin_machines
 from processor.replay import apply_transitions
 from processor.resume import continuation_payload, continuation_problems, resume_view
 from schemas import RejectionCode, RunSnapshot, StepStatus
-from tests.unit.driver import APPROVER, MODEL, RUNTIME, TOOL, Driver
+from tests.unit.driver import APPROVER, MODEL, PROCESSOR, RUNTIME, TOOL, WORKER, Driver
 
 
 def _agent_run() -> Driver:
@@ -182,7 +182,11 @@ def test_continuation_problems_names_what_differs() -> None:
     payload["steps"]["s9"] = {"result": None}
     payload["checkpoint"] = {}
     payload["continues"]["revision"] = 3
-    created = Driver(run_id="task-2").commit("create", payload=payload)
+    # The original refuses it; a processor key's create, taken as committed, shows what
+    # `continuation_problems` finds in such a log.
+    refused = Driver(run_id="task-2").refuse("create", payload=payload)
+    assert refused.code is RejectionCode.CONTINUATION_REFUSED and "revision 3" in refused.detail
+    created = Driver(run_id="task-2").commit("create", WORKER, payload=payload, scope=PROCESSOR)
     problems = continuation_problems(created.transition, old)
     assert any("revision 3" in p for p in problems)
     assert "step 's1' was carried with another result" in problems
@@ -259,7 +263,11 @@ def _continued_log(carry_steps: dict[str, Any] | None, deny: bool) -> dict[int, 
     if carry_steps is not None:
         payload["steps"] = carry_steps
     new = Driver(run_id="task-2")
-    new.commit("create", payload=payload)
+    if carry_steps is None and not deny:
+        new.commit("create", payload=payload)  # the original takes it, naming it
+    else:  # refused by the original: forged, as a processor key could
+        assert new.refuse("create", payload=payload).code is RejectionCode.CONTINUATION_REFUSED
+        new.commit("create", WORKER, payload=payload, scope=PROCESSOR)
     records = [
         Record(0, n, t.run_id.encode(), t.model_dump_json().encode(), None, 0)
         for n, t in enumerate([*old.history, *new.history])
@@ -272,5 +280,6 @@ def test_verify_proves_what_a_continuation_carried() -> None:
     assert verify_continuations(_continued_log(None, deny=False), machines) == []
     forged = verify_continuations(_continued_log({"wire": {"result": 1}}, deny=False), machines)
     assert len(forged) == 1 and "'wire' was carried but did not succeed" in forged[0].detail
+    assert "'task-1' does not name it" in forged[0].detail
     denied = verify_continuations(_continued_log(None, deny=True), machines)
-    assert len(denied) == 1 and "an approver denied" in denied[0].detail
+    assert len(denied) == 1 and "an approver ended run 'task-1'" in denied[0].detail

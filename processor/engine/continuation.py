@@ -1,0 +1,196 @@
+"""Continuations: a new run carries on from a finished one, as the original agrees.
+
+The engine decides one run at a time, so a `create` that `continues` another run is
+decided in three messages, each by one run, carried between the runs by the workers
+(`Relay`, signed with a processor key):
+
+1. The new run checks the create as any other (scope over both runs, authority,
+   ceilings, sizes), then asks the original: `continued_by`, with digests of what the
+   create claims to carry.
+2. The original takes the continuation when it is finished, was not ended by an
+   approver, was continued by no run before, and the claim is its own: the revision
+   and hash it names, its succeeded steps and its checkpoint (by digest). It then
+   commits `continued_by` (naming the new run; its state stays) and grants; else it
+   refuses, saying why.
+3. The new run decides its create on the answer: `continuation_granted` commits it as
+   the asking proposal, by the asking principal; `continuation_refused` refuses it with
+   the original's reason.
+
+Whoever asked gets one outcome, the create's, after the round trip. Both runs name each
+other in their history: the create's `continues`, the original's `continued_by`.
+"""
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+from processor.engine.machine import Machine
+from processor.engine.scope import Scope
+from schemas.audit import json_digest
+from schemas.codes import RejectionCode
+from schemas.identifiers import MAX_PROPOSAL_ID_BYTES
+from schemas.messages import (
+    ContinuationAnswer,
+    ContinuationAsk,
+    CreatePayload,
+    Principal,
+    Proposal,
+    RunSnapshot,
+    StepStatus,
+)
+
+CONTINUED_BY = "continued_by"
+GRANTED = "continuation_granted"
+REFUSED = "continuation_refused"
+#: Events only the workers send, between runs, with a processor key.
+RELAY_EVENTS = frozenset((CONTINUED_BY, GRANTED, REFUSED))
+#: How the proposal ids of those messages begin; no other proposal may use one.
+RELAY_ID_PREFIX = "relay:"
+
+
+def relay_id(event: str, run_id: str, proposal_id: str) -> str:
+    """The id of the relay `event` about the `create` `proposal_id` of run `run_id`:
+    deterministic, so a create resent while its continuation is asked is asked once."""
+    digest = hashlib.sha256(f"{run_id}\x00{proposal_id}".encode()).hexdigest()
+    relayed = f"{RELAY_ID_PREFIX}{event}:{digest}"
+    assert len(relayed) <= MAX_PROPOSAL_ID_BYTES
+    return relayed
+
+
+def _steps_digest(steps: Mapping[str, tuple[str | None, int, Any]]) -> str:
+    return json_digest([[name, *steps[name]] for name in sorted(steps)])
+
+
+def claimed(create: CreatePayload) -> tuple[str, str]:
+    """(steps digest, checkpoint digest) of what a continuing create carries."""
+    steps = {n: (s.idempotency_key, s.attempts, s.result) for n, s in create.steps.items()}
+    return _steps_digest(steps), json_digest(create.checkpoint)
+
+
+def held(snapshot: RunSnapshot) -> tuple[str, str]:
+    """(steps digest, checkpoint digest) of what a run holds to be carried on: its
+    succeeded steps and its checkpoint."""
+    steps = {
+        n: (s.idempotency_key, s.attempts, s.result)
+        for n, s in snapshot.steps.items()
+        if s.status is StepStatus.SUCCEEDED
+    }
+    return _steps_digest(steps), json_digest(snapshot.checkpoint)
+
+
+def asking_scope(key_id: str | None, machines: list[str] | None) -> Scope | None:
+    """The machines' part of the asking key's scope, as a message names it (its run id
+    prefixes were checked against both runs before it was sent)."""
+    if machines is None:
+        return None
+    return Scope(key_id or "(the asking key)", frozenset(machines))
+
+
+def ask(
+    proposal: Proposal, principal: Principal, scope: Scope | None, create: CreatePayload
+) -> Proposal:
+    """The `continued_by` a continuing create (`proposal`) becomes, to the original."""
+    assert create.continues is not None
+    steps, checkpoint = claimed(create)
+    payload = ContinuationAsk(
+        run_id=proposal.run_id,
+        proposal_id=proposal.proposal_id,
+        principal=principal,
+        key_id=None if scope is None else scope.key_id,
+        machines=None if scope is None or scope.machines is None else sorted(scope.machines),
+        revision=create.continues.revision,
+        hash=create.continues.hash,
+        steps_digest=steps,
+        checkpoint_digest=checkpoint,
+        create=proposal,
+    )
+    return Proposal(
+        proposal_id=relay_id(CONTINUED_BY, proposal.run_id, proposal.proposal_id),
+        run_id=create.continues.run_id,
+        event=CONTINUED_BY,
+        payload=payload.model_dump(mode="json", exclude_none=True),
+    )
+
+
+def answer(
+    asked: ContinuationAsk,
+    code: RejectionCode | None = None,
+    detail: str | None = None,
+) -> Proposal:
+    """The original's answer to `asked`, to the new run: granted, or refused (`code`)."""
+    assert asked.create is not None
+    event = GRANTED if code is None else REFUSED
+    payload = ContinuationAnswer(
+        create=asked.create,
+        principal=asked.principal,
+        key_id=asked.key_id,
+        machines=asked.machines,
+        code=code,
+        detail=detail,
+    )
+    return Proposal(
+        proposal_id=relay_id(event, asked.run_id, asked.proposal_id),
+        run_id=asked.run_id,
+        event=event,
+        payload=payload.model_dump(mode="json", exclude_none=True),
+    )
+
+
+def recorded(proposal: Proposal) -> Proposal:
+    """The `continued_by` as the original's transition records it: without the create
+    it carries (the new run's own transition has it)."""
+    payload = {k: v for k, v in proposal.payload.items() if k != "create"}
+    return proposal.model_copy(update={"payload": payload})
+
+
+def ended_by_approver(machine: Machine, snapshot: RunSnapshot) -> bool:
+    """Whether an approver ended the run (denied it, cancelled it): such a run is not
+    carried on by another."""
+    finished_by = snapshot.finished_by
+    return finished_by is not None and finished_by.authority in machine.approval_authorities
+
+
+def refusal(
+    machine: Machine, snapshot: RunSnapshot, asked: ContinuationAsk
+) -> tuple[RejectionCode, str] | None:
+    """Why the run `snapshot` does not take the continuation `asked`, or None."""
+    run_id = snapshot.run_id
+    scope = asking_scope(asked.key_id, asked.machines)
+    why = None if scope is None else scope.refuses_machine(snapshot.machine, run_id)
+    if why is not None:
+        return RejectionCode.UNAUTHORIZED, why
+    why = not_continuable(machine, snapshot)
+    if why is not None:
+        return RejectionCode.CONTINUATION_REFUSED, why
+    if (asked.revision, asked.hash) != (snapshot.revision, snapshot.last_hash):
+        why = (
+            f"the create names revision {asked.revision} of run '{run_id}' (hash "
+            f"{asked.hash[:12]}), which is at revision {snapshot.revision} (hash "
+            f"{snapshot.last_hash[:12]}): read it again (runstate resume)"
+        )
+    else:
+        steps, checkpoint = held(snapshot)
+        if asked.steps_digest != steps:
+            why = f"the steps carried are not the succeeded steps of run '{run_id}'"
+        elif asked.checkpoint_digest != checkpoint:
+            why = f"the checkpoint carried is not the checkpoint of run '{run_id}'"
+    return None if why is None else (RejectionCode.CONTINUATION_REFUSED, why)
+
+
+def not_continuable(machine: Machine, snapshot: RunSnapshot) -> str | None:
+    """Why the run `snapshot` is carried on by no other run, whatever it carries."""
+    run_id = snapshot.run_id
+    why = None
+    if snapshot.state not in machine.terminal:
+        why = (
+            f"run '{run_id}' has not finished: only a finished run is continued (a live "
+            "one would have two instances doing its steps)"
+        )
+    elif ended_by_approver(machine, snapshot):
+        why = f"an approver ended run '{run_id}'; it is not carried on by another run"
+    elif snapshot.continued_by is not None:
+        why = (
+            f"run '{run_id}' was continued by run '{snapshot.continued_by}'; a run is "
+            "continued once"
+        )
+    return why

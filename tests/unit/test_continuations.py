@@ -1,0 +1,179 @@
+"""A run continues another only as the original agrees: the messages between the two
+runs (the ask, the answer), delivered by the workers with their own key."""
+
+import pytest
+
+from processor.engine import Commit, Relay, decide
+from processor.engine.continuation import CONTINUED_BY, GRANTED, relay_id
+from processor.engine.scope import Scope
+from processor.replay import apply_transitions
+from processor.resume import continuation_payload
+from schemas import Proposal, Rejection, RejectionCode
+from tests.unit.driver import APPROVER, PROCESSOR, RUNTIME, TOOL, WORKER, Driver
+
+pytestmark = pytest.mark.unit
+
+
+def _finished(run_id: str = "task-1", deny: bool = False) -> Driver:
+    run = Driver(run_id=run_id)
+    run.create("task_lifecycle")
+    run.commit("start")
+    if deny:
+        run.commit("pause_for_approval")
+        run.commit("approval_denied", APPROVER, payload=run.decision())
+        return run
+    run.commit("step_started", TOOL, payload={"step": "refund", "idempotency_key": "k"})
+    run.commit("step_succeeded", TOOL, payload={"step": "refund", "result": 7})
+    run.commit("checkpoint", TOOL, payload={"data": {"cursor": 3}})
+    run.commit("fatal_error")
+    return run
+
+
+def _payload(run: Driver) -> dict[str, object]:
+    assert run.snapshot is not None
+    return continuation_payload(run.snapshot, run.machines)
+
+
+def test_both_runs_name_each_other_and_replay_as_they_were() -> None:
+    old = _finished()
+    new = Driver(run_id="task-2")
+    created = new.commit("create", payload=_payload(old))
+    assert created.transition.proposal_id == "p1" and created.transition.principal == RUNTIME
+    assert created.snapshot.continues is not None
+    assert created.snapshot.continues.run_id == "task-1"
+    assert created.snapshot.steps["refund"].result == 7
+    named = old.history[-1]
+    assert named.event == CONTINUED_BY and named.payload["run_id"] == "task-2"
+    assert "create" not in named.payload  # the new run's transition holds what it carries
+    assert named.from_state == named.to_state == "failed" and named.principal == WORKER
+    assert old.snapshot is not None and old.snapshot.continued_by == "task-2"
+    replayed = apply_transitions(old.machines, [(t, None) for t in [*old.history, *new.history]])
+    assert replayed.problems == []
+    assert replayed.snapshots["task-1"] == old.snapshot
+    assert replayed.snapshots["task-2"] == new.snapshot
+
+
+@pytest.mark.parametrize(
+    ("tamper", "why"),
+    [
+        ("a step it never finished", "steps carried are not the succeeded steps"),
+        ("a step left out", "steps carried are not the succeeded steps"),
+        ("another result", "steps carried are not the succeeded steps"),
+        ("another checkpoint", "checkpoint carried is not the checkpoint"),
+        ("an older revision", "names revision"),
+        ("another hash", "names revision"),
+    ],
+)
+def test_a_claim_that_is_not_the_originals_is_refused(tamper: str, why: str) -> None:
+    old = _finished()
+    payload = _payload(old)
+    steps, link = payload["steps"], payload["continues"]
+    assert isinstance(steps, dict) and isinstance(link, dict)
+    if tamper == "a step it never finished":
+        steps["wire"] = {"result": "sent"}
+    elif tamper == "a step left out":
+        steps.clear()
+    elif tamper == "another result":
+        steps["refund"]["result"] = 8
+    elif tamper == "another checkpoint":
+        payload["checkpoint"] = {"cursor": 4}
+    elif tamper == "an older revision":
+        link["revision"] -= 1
+    else:
+        link["hash"] = "0" * 64
+    refused = Driver(run_id="task-2").refuse("create", payload=payload)
+    assert refused.code is RejectionCode.CONTINUATION_REFUSED and why in refused.detail
+    assert old.snapshot is not None and old.snapshot.continued_by is None
+    assert old.history[-1].event == "fatal_error"  # nothing recorded there
+
+
+def test_a_run_is_continued_once() -> None:
+    old = _finished()
+    Driver(run_id="task-2").commit("create", payload=_payload(old))
+    assert old.snapshot is not None
+    again = continuation_payload(old.snapshot, old.machines)  # at its new revision
+    refused = Driver(run_id="task-3").refuse("create", payload=again)
+    assert refused.code is RejectionCode.CONTINUATION_REFUSED
+    assert "continued by run 'task-2'" in refused.detail
+
+
+def test_a_run_an_approver_ended_is_not_carried_on() -> None:
+    old = _finished(deny=True)
+    refused = Driver(run_id="task-2").refuse("create", payload=_payload(old))
+    assert refused.code is RejectionCode.CONTINUATION_REFUSED
+    assert "an approver ended run 'task-1'" in refused.detail
+
+
+def test_a_run_that_is_not_there_is_not_continued() -> None:
+    payload = {
+        "machine": "task_lifecycle",
+        "continues": {"run_id": "nowhere-1", "revision": 3, "hash": "a" * 64},
+    }
+    refused = Driver(run_id="task-2").refuse("create", payload=payload)
+    assert refused.code is RejectionCode.UNKNOWN_RUN and "nothing to continue" in refused.detail
+
+
+def test_a_key_continues_only_runs_of_its_machines_and_learns_nothing_else() -> None:
+    old = _finished()
+    key = Scope("k-owned", machines=frozenset({"task_lifecycle", "owned_run"}))
+    taken = Driver(run_id="task-2").propose("create", payload=_payload(old), scope=key)
+    assert isinstance(taken, Commit)
+    other = _finished("task-5")
+    narrow = Scope("k-owned", machines=frozenset({"owned_run"}))
+    payload = {**_payload(other), "machine": "owned_run"}
+    refused = Driver(run_id="task-6").refuse("create", payload=payload, scope=narrow)
+    assert refused.code is RejectionCode.UNAUTHORIZED and "limited to machines" in refused.detail
+    assert "task_lifecycle" not in refused.detail and "failed" not in refused.detail
+
+
+@pytest.mark.parametrize("event", [CONTINUED_BY, GRANTED, "continuation_refused"])
+def test_only_the_workers_send_messages_between_runs(event: str) -> None:
+    """An agent's forged grant (or ask, or refusal) is refused, whatever it carries."""
+    grant = Proposal(
+        proposal_id="p-forged",
+        run_id="task-2",
+        event=event,
+        payload={
+            "create": {
+                "proposal_id": "p9",
+                "run_id": "task-2",
+                "event": "create",
+                "payload": {"machine": "task_lifecycle"},
+            },
+            "principal": {"source": "runtime", "authority": "runtime"},
+        },
+    )
+    for principal in (RUNTIME, TOOL, APPROVER):
+        refused = decide(Driver().machines, None, grant, principal, 1)
+        assert isinstance(refused, Rejection) and refused.code is RejectionCode.UNAUTHORIZED
+        assert "processor key" in refused.detail
+
+
+def test_the_ids_of_messages_between_runs_are_not_borrowed() -> None:
+    run = Driver(run_id="task-2")
+    borrowed = relay_id(GRANTED, "task-2", "p1")
+    refused = run.refuse("create", payload={"machine": "task_lifecycle"}, proposal_id=borrowed)
+    assert refused.code is RejectionCode.UNAUTHORIZED and "between runs" in refused.detail
+
+
+def test_a_create_resent_while_asked_is_asked_once_and_answered_once() -> None:
+    """The ask is deterministic: the original answers a second copy `duplicate` and
+    grants nothing more; the create, resent after, gets its first answer again."""
+    old = _finished()
+    new = Driver(run_id="task-2")
+    payload = _payload(old)
+    first = new._decide(
+        Proposal(proposal_id="c1", run_id="task-2", event="create", payload=payload), RUNTIME, None
+    )
+    second = new._decide(
+        Proposal(proposal_id="c1", run_id="task-2", event="create", payload=payload), RUNTIME, None
+    )
+    assert isinstance(first, Relay) and first == second
+    granted = old._decide(first.proposal, WORKER, PROCESSOR)
+    assert isinstance(granted, Commit) and len(granted.sends) == 1
+    asked_again = old._decide(second.proposal, WORKER, PROCESSOR)
+    assert isinstance(asked_again, Rejection) and asked_again.code is RejectionCode.DUPLICATE
+    created = new._decide(granted.sends[0], WORKER, PROCESSOR)
+    assert isinstance(created, Commit) and created.transition.proposal_id == "c1"
+    resent = new.propose("create", payload=payload, proposal_id="c1")
+    assert isinstance(resent, Rejection) and resent.code is RejectionCode.DUPLICATE
