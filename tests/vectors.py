@@ -13,6 +13,7 @@ from typing import Any
 
 from processor.engine import Commit, decide
 from processor.engine.answers import Answer, committed_digest, digest_of
+from processor.engine.continuation import CONTINUED_BY, GRANTED, REFUSED, claimed, relay_id
 from processor.engine.scope import reaches
 from processor.intake import Credential, authenticate, decode_proposal
 from processor.keyring import Keyring, KeyringError, SigningKey, parse_keyring
@@ -22,7 +23,14 @@ from processor.pipeline import RunsInMemory, decide_record
 from processor.signatures import ed25519_public_key, ed25519_signature, signed_base, verify_ed25519
 from schemas.audit import canonical_text, canonical_values
 from schemas.codes import RejectionCode
-from schemas.messages import Principal, Proposal, Rejection, RunSnapshot, Transition
+from schemas.messages import (
+    CreatePayload,
+    Principal,
+    Proposal,
+    Rejection,
+    RunSnapshot,
+    Transition,
+)
 from tests import ed25519_ref as ref
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -779,6 +787,51 @@ def scopes() -> list[dict[str, Any]]:
     ]
 
 
+def continuations() -> dict[str, Any]:
+    """The messages between runs (docs/wire.md §7): the proposal id of each for a new run
+    and its create, and the digests a continuation's ask carries of the steps and
+    checkpoint it claims (which the original compares with its own)."""
+    ids = [
+        {
+            "event": event,
+            "run_id": run_id,
+            "proposal_id": proposal_id,
+            "relay_id": relay_id(event, run_id, proposal_id),
+        }
+        for event, run_id, proposal_id in [
+            (CONTINUED_BY, "task-2", "p1"),
+            (GRANTED, "task-2", "p1"),
+            (REFUSED, "task-2", "p1"),
+            (GRANTED, "é/😀-2", "p" * 128),
+        ]
+    ]
+    carried: list[dict[str, Any]] = [
+        {"steps": {}, "checkpoint": {}},
+        {
+            "steps": {
+                "s1": {"idempotency_key": "k-s1", "attempts": 1, "result": {"rows": 42}},
+                "refund": {"attempts": 2, "result": None},
+                "e.2": {"idempotency_key": "k", "attempts": 1, "result": [1.5, "😀"]},
+            },
+            "checkpoint": {"cursor": 42, "plan": ["s1", "s2"], "b": {"z": 1, "a": 2}},
+        },
+    ]
+    digests = []
+    for case in carried:
+        create = CreatePayload.model_validate(
+            {
+                "machine": "task_lifecycle",
+                "continues": {"run_id": "task-1", "revision": 3, "hash": "a" * 64},
+                **case,
+            }
+        )
+        steps_digest, checkpoint_digest = claimed(create)
+        digests.append(
+            {**case, "steps_digest": steps_digest, "checkpoint_digest": checkpoint_digest}
+        )
+    return {"relay_ids": ids, "digests": digests}
+
+
 def render() -> dict[str, str]:
     files = {
         "partitions.json": partitions(),
@@ -789,6 +842,7 @@ def render() -> dict[str, str]:
         "digests.json": digests(),
         "approvals.json": approvals(),
         "scopes.json": scopes(),
+        "continuations.json": continuations(),
     }
     return {
         name: json.dumps(data, indent=2, ensure_ascii=False) + "\n" for name, data in files.items()

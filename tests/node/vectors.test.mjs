@@ -6,7 +6,8 @@ import { test } from 'node:test';
 import kafkajs from 'kafkajs';
 
 import {
-  approvalOutcome, authenticate, canonicalText, canonicalize, checkChain, ed25519PublicHex,
+  approvalOutcome, authenticate, canonicalText, canonicalize, carriedDigests, checkChain,
+  ed25519PublicHex, relayId,
   loadKeyring, loadSigningKey, murmur2, partitionFor, prefixReaches, proposalDigest, scopeAllows,
   sha256Hex, sign, signedBase, transitionHash, verifyEd25519,
 } from './wire.mjs';
@@ -14,8 +15,8 @@ import {
 const VECTORS = new URL('../../docs/vectors/', import.meta.url);
 const load = (name) => JSON.parse(readFileSync(new URL(name, VECTORS), 'utf8'));
 const KNOWN = [
-  'approvals.json', 'chain.json', 'digests.json', 'ed25519.json', 'partitions.json', 'scopes.json',
-  'signatures.json', 'verifications.json',
+  'approvals.json', 'chain.json', 'continuations.json', 'digests.json', 'ed25519.json',
+  'partitions.json', 'scopes.json', 'signatures.json', 'verifications.json',
 ];
 
 test('every vector file is checked here', () => {
@@ -205,6 +206,25 @@ for (const [i, c] of digests.pairs.entries()) {
 test('digest vectors hold both kinds of pair', () => {
   assert.deepEqual(new Set(digests.pairs.map((c) => c.expect)), new Set(['same', 'reused']));
 });
+
+// ------------------------------------------------------------------ continuations.json (§7)
+
+const continuations = load('continuations.json');
+
+for (const [i, c] of continuations.relay_ids.entries()) {
+  test(`relay id ${i}: ${c.event}`, () => {
+    assert.equal(relayId(c.event, c.run_id, c.proposal_id), c.relay_id);
+    assert.ok(Buffer.byteLength(c.relay_id) <= 128);
+  });
+}
+
+for (const [i, c] of continuations.digests.entries()) {
+  test(`carried digests ${i}`, () => {
+    const ours = carriedDigests(c.steps, c.checkpoint);
+    assert.equal(ours.steps, c.steps_digest);
+    assert.equal(ours.checkpoint, c.checkpoint_digest);
+  });
+}
 
 // ------------------------------------------------------------------ approvals.json (§3)
 

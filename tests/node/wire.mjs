@@ -403,6 +403,28 @@ export function proposalDigest(proposal, principal) {
   return sha256Hex(Buffer.from(utf8.encode(canonicalize(content))));
 }
 
+/**
+ * The proposal id of a message between runs (§7): `relay:<event>:` and the hex SHA-256 of
+ * the new run's id, a NUL byte and its create's proposal id.
+ */
+export function relayId(event, runId, proposalId) {
+  return `relay:${event}:${sha256Hex(Buffer.from(utf8.encode(`${runId}\u0000${proposalId}`)))}`;
+}
+
+/**
+ * The digests a continuation's ask carries (§7): of the carried steps, RFC 8785 of
+ * [[name, idempotency_key, attempts, result], ...] sorted by name (absent key null,
+ * absent attempts 1, absent result null); of the checkpoint, RFC 8785 of it.
+ */
+export function carriedDigests(steps, checkpoint) {
+  const rows = Object.keys(steps).sort().map((name) => {
+    const s = steps[name];
+    return [name, s.idempotency_key ?? null, s.attempts ?? 1, s.result ?? null];
+  });
+  const digest = (value) => sha256Hex(Buffer.from(utf8.encode(canonicalize([value]))));
+  return { steps: digest(rows), checkpoint: digest(checkpoint) };
+}
+
 const isCount = (v) => Number.isSafeInteger(v) && v >= 0;
 
 /**

@@ -198,3 +198,19 @@ def test_header_names_are_case_sensitive(name: str, data: st.DataObject) -> None
     assert isinstance(
         authenticate("runstate.proposals", b"r", b"{}", doubled, keyring, 1), Credential
     )
+
+
+def test_continuation_vectors_hold_independently() -> None:
+    data = _load("continuations.json")
+    assert isinstance(data, dict)
+    for case in data["relay_ids"]:
+        raw = f"{case['run_id']}\x00{case['proposal_id']}".encode()
+        assert case["relay_id"] == f"relay:{case['event']}:{hashlib.sha256(raw).hexdigest()}"
+    for case in data["digests"]:
+        rows = [
+            [n, s.get("idempotency_key"), s.get("attempts", 1), s.get("result")]
+            for n, s in sorted(case["steps"].items())
+        ]
+        assert case["steps_digest"] == hashlib.sha256(rfc8785.dumps([rows])).hexdigest()
+        checkpoint = hashlib.sha256(rfc8785.dumps([case["checkpoint"]])).hexdigest()
+        assert case["checkpoint_digest"] == checkpoint
