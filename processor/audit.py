@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from processor.engine import Commit, Forget, Machine
-from processor.engine.continuation import CONTINUED_BY, not_continuable
+from processor.engine.continuation import CONTINUED_BY, UNDONE, not_continuable
 from processor.engine.lint import FORGET_EVENT, MIGRATE_EVENT
 from processor.engine.machine import machine_for, with_current
 from processor.intake import (
@@ -294,7 +294,8 @@ def verify_continuations(
     that run had at the revision it names (its succeeded steps, its checkpoint),
     continue a run that finished other than by an approver, and be named by it (its
     `continued_by` transition): what the original checked when it took the
-    continuation (processor/engine/continuation.py), proven again from the log."""
+    continuation (processor/engine/continuation.py), proven again from the log. And a
+    run that names a continuation it did not undo is continued by that run."""
     chains: dict[str, list[tuple[int, int, Transition]]] = {}
     for partition in sorted(transitions):
         for record in transitions[partition]:
@@ -312,6 +313,26 @@ def verify_continuations(
             why = _continuation_refuted(created, continues, chains, machines)
             if why:
                 findings.append(Finding(partition, offset, f"{created.transition_id}: {why}"))
+        # The other way: a run that names a continuation (and did not undo it) is the one
+        # that continuation continues.
+        named = [(p, o, t) for p, o, t in chain if t.event in (CONTINUED_BY, UNDONE)]
+        if named and named[-1][2].event == CONTINUED_BY:
+            partition, offset, last = named[-1]
+            continuation = str(last.payload.get("run_id"))
+            creates = [
+                t.payload.get("continues")
+                for _, _, t in chains.get(continuation, [])
+                if t.event == "create"
+            ]
+            if not any(isinstance(c, dict) and c.get("run_id") == last.run_id for c in creates):
+                findings.append(
+                    Finding(
+                        partition,
+                        offset,
+                        f"{last.transition_id}: names run '{continuation}' as its "
+                        "continuation, which does not continue it",
+                    )
+                )
     return findings
 
 

@@ -59,6 +59,8 @@ _LEVELS: dict[type, int] = {
 def logged(outcome: Commit | Beat | Forget | Rejection | Relay | DeadLetterReason) -> bool:
     """Whether `log_outcomes` writes a line for `outcome` at the current level (the
     runtimes keep an outcome for the log only then)."""
+    if isinstance(outcome, Relay) and outcome.refusal is not None:
+        return True
     return OUTCOMES_LOG.isEnabledFor(_LEVELS.get(type(outcome), logging.WARNING))
 
 
@@ -98,6 +100,8 @@ def log_outcomes(
                 },
             )
         elif isinstance(outcome, Relay):
+            if outcome.refusal is not None:
+                log_outcomes([outcome.refusal])
             p = outcome.proposal
             OUTCOMES_LOG.debug(
                 "%s: sent to run %s (%s)",

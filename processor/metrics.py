@@ -50,7 +50,9 @@ class MetricsBatch:
         elif isinstance(outcome, DeadLetterReason):
             self.dead_letters += 1
         elif isinstance(outcome, Relay):
-            pass  # nothing happened to a run yet: its outcome is counted where it is decided
+            # A message to another run: counted where it is decided; a refusal with it here.
+            if outcome.refusal is not None:
+                self.stage(previous, outcome.refusal)
         else:
             machine = previous.machine if previous is not None else ""
             self.rejections.append((machine, outcome))

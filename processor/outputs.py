@@ -377,7 +377,12 @@ def outcome_records(
     `relay` signs. `answers`: the answer keys of a forgotten run (tombstoned with it)."""
     if isinstance(outcome, Relay):
         assert relay is not None, "a runtime that decides continuations signs their messages"
-        return [relay(outcome.proposal)]
+        refused = (
+            []
+            if outcome.refusal is None
+            else outcome_records(topics, outcome.refusal, source, limits)
+        )
+        return [relay(outcome.proposal), *refused]
     if isinstance(outcome, Beat):
         run_key = outcome.snapshot.run_id.encode()
         return [

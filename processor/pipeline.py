@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from processor.engine import Beat, Commit, Forget, Machine, Relay, decide
 from processor.engine.answers import Answer, committed_digest, digest_of
-from processor.engine.continuation import CONTINUED_BY
+from processor.engine.continuation import CONTINUED_BY, DETAIL_MAX_CHARS, GRANTED, undo
 from processor.engine.decide import remembered
 from processor.intake import (
     DEFAULT_MAX_PROPOSAL_BYTES,
@@ -232,6 +232,10 @@ def decide_admitted(
         return _sendable(decision, proposal, credential, max_relay_bytes, relays, timestamp_ms)
     if isinstance(decision, Commit):
         fitted = fit_commit(decision, current, max_state_bytes, commit_limits)
+        if isinstance(fitted, Rejection) and proposal.event == GRANTED:
+            # A continuation granted that does not fit: its original is told to forget it.
+            create = Proposal.model_validate(proposal.payload["create"])
+            return Relay(undo(create), fitted)
         if isinstance(fitted, Rejection) and current is not None:
             # Decided, so the run's answer like any refusal; a creation refused is no
             # run's answer (the run does not exist: nothing may take its ids early).
@@ -240,8 +244,9 @@ def decide_admitted(
     return decision
 
 
-#: Room for a relay's signature headers within the proposals' record limit.
-_RELAY_HEADROOM = 512
+#: Room within the proposals' record limit for a relay's signature headers and, in the
+#: original's answer, a refusal's detail (UTF-8: up to 4 bytes a character).
+_RELAY_HEADROOM = 512 + 4 * DETAIL_MAX_CHARS
 
 
 def _sendable(
@@ -352,8 +357,8 @@ def outcome_run_id(outcome: Outcome) -> str | None:
         return outcome.snapshot.run_id
     if isinstance(outcome, Forget):
         return outcome.transition.run_id
-    if isinstance(outcome, Relay):
-        return None  # nothing of the deciding run changes
+    if isinstance(outcome, Relay):  # nothing of the deciding run changes
+        return None if outcome.refusal is None else outcome.refusal.run_id
     return getattr(outcome, "run_id", None)
 
 

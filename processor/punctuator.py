@@ -102,7 +102,7 @@ def timer_key(keyring: Keyring, key_id: str | None, key_file: Path | None) -> Si
         # A processor key first: it also carries the messages runs exchange.
         else [
             k
-            for k, e in sorted(keyring.keys.items(), key=lambda item: not item[1].processor)
+            for k, e in sorted(keyring.keys.items(), key=lambda kv: (not kv[1].processor, kv[0]))
             if e.authority == TIMER_AUTHORITY and not e.operator
         ]
     )

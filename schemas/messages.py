@@ -116,7 +116,7 @@ class ContinuationAsk(WireModel):
     key_id: str | None = Field(
         default=None, description="The key the asking proposal was signed with, if limited."
     )
-    machines: list[Name] | None = Field(
+    machines: list[str] | None = Field(
         default=None, description="That key's machines, when it is limited to some."
     )
     revision: int = Field(ge=0, description="The revision the new run says it read.")
@@ -136,9 +136,17 @@ class ContinuationAnswer(WireModel):
     create: Proposal
     principal: Principal
     key_id: str | None = Field(default=None, description="As the ask names it.")
-    machines: list[Name] | None = Field(default=None, description="As the ask names them.")
+    machines: list[str] | None = Field(default=None, description="As the ask names them.")
     code: Annotated[RejectionCode, Field(strict=False)] | None = None
     detail: Annotated[str, Field(max_length=4096)] | None = None
+
+
+class ContinuationUndo(WireModel):
+    """The payload of `continuation_undone`, which a worker sends to a run that took a
+    continuation when the new run refused the create after all: it names it no more."""
+
+    run_id: RunId = Field(description="The run that does not continue it.")
+    proposal_id: ProposalId = Field(description="Its create, which was refused.")
 
 
 class CheckpointPayload(WireModel):

@@ -15,6 +15,9 @@ decided in three messages, each by one run, carried between the runs by the work
 3. The new run decides its create on the answer: `continuation_granted` commits it as
    the asking proposal, by the asking principal; `continuation_refused` refuses it with
    the original's reason.
+4. Should the new run refuse the create after a grant (a run of its id was created in
+   the meantime, or the create no longer fits), it sends `continuation_undone`, and the
+   original names it no more (and may be continued again).
 
 Whoever asked gets one outcome, the create's, after the round trip. Both runs name each
 other in their history: the create's `continues`, the original's `continued_by`.
@@ -32,6 +35,7 @@ from schemas.identifiers import MAX_PROPOSAL_ID_BYTES
 from schemas.messages import (
     ContinuationAnswer,
     ContinuationAsk,
+    ContinuationUndo,
     CreatePayload,
     Principal,
     Proposal,
@@ -42,8 +46,12 @@ from schemas.messages import (
 CONTINUED_BY = "continued_by"
 GRANTED = "continuation_granted"
 REFUSED = "continuation_refused"
+UNDONE = "continuation_undone"
 #: Events only the workers send, between runs, with a processor key.
-RELAY_EVENTS = frozenset((CONTINUED_BY, GRANTED, REFUSED))
+RELAY_EVENTS = frozenset((CONTINUED_BY, GRANTED, REFUSED, UNDONE))
+#: A refusal's detail as it travels back (the message must stay within the proposals'
+#: size limit, which the ask was held to with room for it).
+DETAIL_MAX_CHARS = 1000
 #: How the proposal ids of those messages begin; no other proposal may use one.
 RELAY_ID_PREFIX = "relay:"
 
@@ -120,6 +128,8 @@ def answer(
     """The original's answer to `asked`, to the new run: granted, or refused (`code`)."""
     assert asked.create is not None
     event = GRANTED if code is None else REFUSED
+    if detail is not None and len(detail) > DETAIL_MAX_CHARS:
+        detail = detail[: DETAIL_MAX_CHARS - 3] + "..."
     payload = ContinuationAnswer(
         create=asked.create,
         principal=asked.principal,
@@ -133,6 +143,19 @@ def answer(
         run_id=asked.run_id,
         event=event,
         payload=payload.model_dump(mode="json", exclude_none=True),
+    )
+
+
+def undo(create: Proposal) -> Proposal:
+    """The `continuation_undone` a granted `create` refused after all sends its original."""
+    continues = create.payload.get("continues")
+    assert isinstance(continues, dict)
+    payload = ContinuationUndo(run_id=create.run_id, proposal_id=create.proposal_id)
+    return Proposal(
+        proposal_id=relay_id(UNDONE, create.run_id, create.proposal_id),
+        run_id=str(continues["run_id"]),
+        event=UNDONE,
+        payload=payload.model_dump(mode="json"),
     )
 
 
@@ -151,14 +174,18 @@ def ended_by_approver(machine: Machine, snapshot: RunSnapshot) -> bool:
 
 
 def refusal(
-    machine: Machine, snapshot: RunSnapshot, asked: ContinuationAsk
+    machine: Machine | None, snapshot: RunSnapshot, asked: ContinuationAsk
 ) -> tuple[RejectionCode, str] | None:
-    """Why the run `snapshot` does not take the continuation `asked`, or None."""
+    """Why the run `snapshot` (of `machine`, None: a version not held) does not take the
+    continuation `asked`, or None. The asking key's scope first, as for any proposal."""
     run_id = snapshot.run_id
     scope = asking_scope(asked.key_id, asked.machines)
     why = None if scope is None else scope.refuses_machine(snapshot.machine, run_id)
     if why is not None:
         return RejectionCode.UNAUTHORIZED, why
+    if machine is None:
+        why = f"run '{run_id}' uses a machine version this worker does not hold"
+        return RejectionCode.UNKNOWN_MACHINE, why
     why = not_continuable(machine, snapshot)
     if why is not None:
         return RejectionCode.CONTINUATION_REFUSED, why
@@ -186,11 +213,12 @@ def not_continuable(machine: Machine, snapshot: RunSnapshot) -> str | None:
             f"run '{run_id}' has not finished: only a finished run is continued (a live "
             "one would have two instances doing its steps)"
         )
+    elif snapshot.finished_by is None:
+        # Who finished it is not known (a run finished before snapshots recorded it):
+        # it might have been an approver.
+        why = f"run '{run_id}' does not record who finished it; it cannot be carried on"
     elif ended_by_approver(machine, snapshot):
         why = f"an approver ended run '{run_id}'; it is not carried on by another run"
     elif snapshot.continued_by is not None:
-        why = (
-            f"run '{run_id}' was continued by run '{snapshot.continued_by}'; a run is "
-            "continued once"
-        )
+        why = f"run '{run_id}' is continued by another run already; a run is continued once"
     return why

@@ -88,6 +88,7 @@ from schemas.messages import (
     ApprovalPayload,
     ContinuationAnswer,
     ContinuationAsk,
+    ContinuationUndo,
     CreatePayload,
     Deadlines,
     FactPayload,
@@ -134,11 +135,13 @@ class Forget(NamedTuple):
 
 
 class Relay(NamedTuple):
-    """Nothing changes here yet: the workers send `proposal` to another run, signed with
-    their processor key (a continuation asked of its original, or the original's answer;
-    processor/engine/continuation.py). The asker's outcome comes from that run."""
+    """Nothing changes here: the workers send `proposal` to another run, signed with
+    their processor key (a continuation asked of its original, the original's answer, or
+    a continuation undone; processor/engine/continuation.py). With `refusal`, that is
+    the outcome of the proposal decided here, published as any refusal."""
 
     proposal: Proposal
+    refusal: Rejection | None = None
 
 
 Decision = Commit | Beat | Forget | Rejection | Relay
@@ -706,6 +709,8 @@ def _decide_relayed(
         )
     if proposal.event == continuation.CONTINUED_BY:
         return _decide_continued_by(machines, snapshot, proposal, principal, now_ms, seen)
+    if proposal.event == continuation.UNDONE:
+        return _decide_undone(machines, snapshot, proposal, principal, now_ms, seen)
     try:
         answer = ContinuationAnswer.model_validate(proposal.payload)
     except ValidationError as exc:
@@ -722,9 +727,17 @@ def _decide_relayed(
     # Decided as the asking create, with the asking key's scope (a run there by now
     # refuses it as it would any create, telling a key out of its scope nothing).
     scope = continuation.asking_scope(answer.key_id, answer.machines)
-    return _decide_create(
+    decided = _decide_create(
         machines, snapshot, create, answer.principal, now_ms, seen, scope, granted=True
     )
+    if (
+        proposal.event == continuation.GRANTED
+        and isinstance(decided, Rejection)
+        and decided.code is not Code.DUPLICATE  # the very create, committed before
+    ):
+        # The original named this run, which does not continue it: it is told to forget.
+        return Relay(continuation.undo(create), decided)
+    return decided
 
 
 def _decide_continued_by(
@@ -761,11 +774,6 @@ def _decide_continued_by(
             f"run '{proposal.run_id}' does not exist (or its retention has passed): there "
             "is nothing to continue",
         )
-    elif machine is None:
-        refused = (
-            Code.UNKNOWN_MACHINE,
-            f"run '{proposal.run_id}' uses a machine version this worker does not hold",
-        )
     else:
         refused = continuation.refusal(machine, snapshot, asked)
     if refused is not None:
@@ -773,13 +781,69 @@ def _decide_continued_by(
             return _reject(*refused, proposal, principal, None, now_ms)
         return Relay(continuation.answer(asked, *refused))
     assert machine is not None and snapshot is not None
-    continued = snapshot.model_copy(update={"continued_by": asked.run_id})
-    commit = _commit(
-        machine, continued, continuation.recorded(proposal), principal, now_ms, snapshot.state
+    commit = _recorded_on_original(
+        machine, snapshot, continuation.recorded(proposal), principal, now_ms, asked.run_id
     )
     if asked.create is None:
         return commit
     return Commit(commit.snapshot, commit.transition, None, (continuation.answer(asked),))
+
+
+def _decide_undone(
+    machines: Mapping[str, Machine],
+    snapshot: RunSnapshot | None,
+    proposal: Proposal,
+    principal: Principal,
+    now_ms: int,
+    seen: Callable[[str], Answer | None] | None,
+) -> Decision:
+    """The run this one took as its continuation refused the create after all (a run of
+    that id was there by then, or the create did not fit): this run no longer names it,
+    and may be continued again. Its id is the continuation's, so it is taken once."""
+    try:
+        undone = ContinuationUndo.model_validate(proposal.payload)
+    except ValidationError as exc:
+        why = f"payload of '{proposal.event}': {describe_errors(exc)}"
+        return _reject(Code.SCHEMA_INVALID, why, proposal, principal, None, now_ms)
+    if snapshot is None:
+        why = f"run '{proposal.run_id}' does not exist: there is no continuation to undo"
+        return _reject(Code.UNKNOWN_RUN, why, proposal, principal, None, now_ms)
+    answered = _answer(snapshot, proposal.proposal_id, seen)
+    if answered is not None:
+        digest = digest_of(proposal, principal)
+        return _answered_again(proposal, principal, snapshot, answered, digest, now_ms)
+    machine = machine_for(machines, snapshot.machine, snapshot.machine_version)
+    if machine is None:
+        why = f"run '{proposal.run_id}' uses a machine version this worker does not hold"
+        return _reject(Code.UNKNOWN_MACHINE, why, proposal, principal, snapshot, now_ms)
+    if snapshot.continued_by != undone.run_id:
+        why = f"run '{proposal.run_id}' is not continued by run '{undone.run_id}'"
+        return _reject(Code.INVALID_TRANSITION, why, proposal, principal, snapshot, now_ms)
+    return _recorded_on_original(machine, snapshot, proposal, principal, now_ms, None)
+
+
+def _recorded_on_original(
+    machine: Machine,
+    snapshot: RunSnapshot,
+    proposal: Proposal,
+    principal: Principal,
+    now_ms: int,
+    continued_by: str | None,
+) -> Commit:
+    """A finished run's transition naming its continuation (or no more): its state,
+    stop reason and last reason stay as they were."""
+    continued = snapshot.model_copy(update={"continued_by": continued_by})
+    commit = _commit(
+        machine,
+        continued,
+        proposal,
+        principal,
+        now_ms,
+        snapshot.state,
+        stop_reason=snapshot.stop_reason,
+    )
+    kept = commit.snapshot.model_copy(update={"last_reason": snapshot.last_reason})
+    return Commit(kept, commit.transition)
 
 
 def _incompatibilities(target: Machine, snapshot: RunSnapshot) -> list[str]:

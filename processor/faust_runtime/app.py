@@ -458,6 +458,7 @@ def build_app(
                 stats.dead_letters += 1
             elif isinstance(outcome, Relay):
                 stats.relays += 1
+                stats.rejections += outcome.refusal is not None
             else:
                 stats.rejections += 1
             stats.proposals += 1

@@ -504,6 +504,7 @@ class Worker:
             self.stats.dead_letters += 1
         elif isinstance(outcome, Relay):
             self.stats.relays += 1
+            self.stats.rejections += outcome.refusal is not None
         else:
             self.stats.rejections += 1
         self.stats.proposals += 1

@@ -81,9 +81,12 @@ class Driver:
         if isinstance(decision, Commit):
             t = decision.transition
             self.history.append(t)
-            self.answers[proposal.proposal_id] = Answer(t.revision, committed_digest(t))
+            # The id the transition committed (a granted continuation commits its create's)
+            self.answers[t.proposal_id] = Answer(t.revision, committed_digest(t))
         elif isinstance(decision, Rejection) and decision.content_digest is not None:
-            self.answers[proposal.proposal_id] = Answer(None, decision.content_digest, decision)
+            self.answers[decision.proposal_id or ""] = Answer(
+                None, decision.content_digest, decision
+            )
         return decision
 
     @property

@@ -184,6 +184,7 @@ class Adversary(RuleBasedStateMachine):
         self.ids = itertools.count()
         self.punctuator = Punctuator(TOPICS, SIGNERS[WORKER], KEYRING)
         self.pending: list[Pending] = []
+        self.continued: dict[str, str] = {}  # continuation -> the run it continues
 
     @initialize(spec=st.composite(_generated_machine)())
     def add_generated_machine(self, spec: MachineSpec | None) -> None:
@@ -582,7 +583,9 @@ class Adversary(RuleBasedStateMachine):
         )
         if isinstance(outcome, Relay):
             self.pending.append(Pending(outcome.proposal, sent.key_id))
-            return
+            if outcome.refusal is None:
+                return
+            outcome = outcome.refusal  # the create's own outcome, decided here
         if isinstance(outcome, Commit):
             self.pending += [Pending(p, sent.key_id) for p in outcome.sends]
         if isinstance(outcome, Rejection):
@@ -662,6 +665,11 @@ class Adversary(RuleBasedStateMachine):
                 "a run an approver ended was continued"
             )
             life.continued_by = t.payload["run_id"]
+        if t.event == "continuation_undone":
+            assert t.principal.source == "worker", "a message between runs from an agent"
+            assert life.continued_by == t.payload["run_id"]
+            assert self.continued.get(life.continued_by) != sent.run_id, "undid a continuation"
+            life.continued_by = None
         if t.to_state in SUCCESS:
             assert not life.executing, f"{t.to_state} with steps executing: {life.executing}"
         if t.to_state in machine.terminal and t.from_state != t.to_state:
@@ -729,11 +737,24 @@ class Adversary(RuleBasedStateMachine):
         }
         assert carried == succeeded, f"{run_id} carries {carried}, the original had {succeeded}"
         assert payload.get("checkpoint", {}) == before.checkpoint
+        self.continued[run_id] = link["run_id"]
 
     def _machine(self, name: str, version: str | None) -> Machine:
         machine = self.machines.get(name)
         assert machine is not None
         return machine
+
+    @invariant()
+    def an_original_names_only_its_continuation(self) -> None:
+        """Once the workers delivered every message, a run that names a continuation is
+        the one that continuation continues."""
+        if self.pending:
+            return
+        for run_id, life in self.lives.items():
+            if life.continued_by is not None:
+                assert self.continued.get(life.continued_by) == run_id, (
+                    f"{run_id} names {life.continued_by}, which does not continue it"
+                )
 
     @invariant()
     def the_engine_agrees_with_the_oracle(self) -> None:

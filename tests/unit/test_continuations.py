@@ -3,11 +3,15 @@ runs (the ask, the answer), delivered by the workers with their own key."""
 
 import pytest
 
+from processor.audit import Record, verify_continuations
 from processor.engine import Commit, Relay, decide
 from processor.engine.continuation import CONTINUED_BY, GRANTED, relay_id
 from processor.engine.scope import Scope
+from processor.keyring import Keyring
+from processor.punctuator import Punctuator, timer_key
 from processor.replay import apply_transitions
 from processor.resume import continuation_payload
+from processor.topics import TopicNames
 from schemas import Proposal, Rejection, RejectionCode
 from tests.unit.driver import APPROVER, PROCESSOR, RUNTIME, TOOL, WORKER, Driver
 
@@ -47,6 +51,8 @@ def test_both_runs_name_each_other_and_replay_as_they_were() -> None:
     assert "create" not in named.payload  # the new run's transition holds what it carries
     assert named.from_state == named.to_state == "failed" and named.principal == WORKER
     assert old.snapshot is not None and old.snapshot.continued_by == "task-2"
+    before = old.history[-2]
+    assert old.snapshot.stop_reason is not None or before.reason is None  # kept as it was
     replayed = apply_transitions(old.machines, [(t, None) for t in [*old.history, *new.history]])
     assert replayed.problems == []
     assert replayed.snapshots["task-1"] == old.snapshot
@@ -94,7 +100,8 @@ def test_a_run_is_continued_once() -> None:
     again = continuation_payload(old.snapshot, old.machines)  # at its new revision
     refused = Driver(run_id="task-3").refuse("create", payload=again)
     assert refused.code is RejectionCode.CONTINUATION_REFUSED
-    assert "continued by run 'task-2'" in refused.detail
+    assert "continued by another run already" in refused.detail
+    assert "task-2" not in refused.detail  # a run the asker's prefixes may not reach
 
 
 def test_a_run_an_approver_ended_is_not_carried_on() -> None:
@@ -177,3 +184,147 @@ def test_a_create_resent_while_asked_is_asked_once_and_answered_once() -> None:
     assert isinstance(created, Commit) and created.transition.proposal_id == "c1"
     resent = new.propose("create", payload=payload, proposal_id="c1")
     assert isinstance(resent, Rejection) and resent.code is RejectionCode.DUPLICATE
+
+
+def _ask(new: Driver, proposal_id: str, payload: dict[str, object]) -> Relay:
+    asked = new._decide(
+        Proposal(proposal_id=proposal_id, run_id=new.run_id, event="create", payload=payload),
+        RUNTIME,
+        None,
+    )
+    assert isinstance(asked, Relay)
+    return asked
+
+
+def test_a_grant_the_new_run_refuses_after_all_is_undone_at_the_original() -> None:
+    """A run of the new id was created while the original was asked: the create is
+    refused `run_exists`, and the original, told so, names no continuation and may be
+    continued again."""
+    old = _finished()
+    new = Driver(run_id="task-2")
+    asked = _ask(new, "c1", _payload(old))
+    new.create("task_lifecycle")  # someone else's run takes the id meanwhile
+    granted = old._decide(asked.proposal, WORKER, PROCESSOR)
+    assert isinstance(granted, Commit)
+    refused = new._decide(granted.sends[0], WORKER, PROCESSOR)
+    assert isinstance(refused, Relay) and refused.refusal is not None
+    assert refused.refusal.code is RejectionCode.RUN_EXISTS
+    assert refused.refusal.proposal_id == "c1"
+    undone = old._decide(refused.proposal, WORKER, PROCESSOR)
+    assert isinstance(undone, Commit) and undone.transition.event == "continuation_undone"
+    assert old.snapshot is not None and old.snapshot.continued_by is None
+    again = old._decide(refused.proposal, WORKER, PROCESSOR)  # delivered twice: taken once
+    assert isinstance(again, Rejection) and again.code is RejectionCode.DUPLICATE
+    taken = Driver(run_id="task-3").commit("create", payload=_payload(old))
+    assert taken.snapshot.continues is not None and old.snapshot.continued_by == "task-3"
+    replayed = apply_transitions(old.machines, [(t, None) for t in old.history])
+    assert replayed.problems == [] and replayed.snapshots["task-1"] == old.snapshot
+
+
+def test_one_create_id_continuing_two_runs_leaves_one_named() -> None:
+    """The same proposal id asks two originals (with other content): both grant, the
+    second grant meets `proposal_id_reused`, and its original is told to forget it."""
+    first, second = _finished("task-1"), _finished("task-5")
+    new = Driver(run_id="task-2")
+    asks = [_ask(new, "c1", _payload(first)), _ask(new, "c1", _payload(second))]
+    grants = [
+        run._decide(a.proposal, WORKER, PROCESSOR)
+        for run, a in zip([first, second], asks, strict=True)
+    ]
+    assert all(isinstance(g, Commit) for g in grants)
+    created = new._decide(grants[0].sends[0], WORKER, PROCESSOR)  # type: ignore[union-attr]
+    assert isinstance(created, Commit)
+    reused = new._decide(grants[1].sends[0], WORKER, PROCESSOR)  # type: ignore[union-attr]
+    assert isinstance(reused, Relay) and reused.refusal is not None
+    assert reused.refusal.code is RejectionCode.PROPOSAL_ID_REUSED
+    second._decide(reused.proposal, WORKER, PROCESSOR)
+    assert first.snapshot is not None and first.snapshot.continued_by == "task-2"
+    assert second.snapshot is not None and second.snapshot.continued_by is None
+
+
+def test_an_undo_from_an_agent_or_for_another_run_changes_nothing() -> None:
+    old = _finished()
+    Driver(run_id="task-2").commit("create", payload=_payload(old))
+    forged = {"run_id": "task-2", "proposal_id": "p1"}
+    refused = old.refuse("continuation_undone", RUNTIME, payload=forged)
+    assert refused.code is RejectionCode.UNAUTHORIZED
+    other = Proposal(
+        proposal_id=relay_id("continuation_undone", "task-9", "p1"),
+        run_id="task-1",
+        event="continuation_undone",
+        payload={"run_id": "task-9", "proposal_id": "p1"},
+    )
+    wrong = old._decide(other, WORKER, PROCESSOR)
+    assert isinstance(wrong, Rejection) and wrong.code is RejectionCode.INVALID_TRANSITION
+    assert old.snapshot is not None and old.snapshot.continued_by == "task-2"
+
+
+def test_a_key_of_any_machine_names_and_a_long_refusal_travel() -> None:
+    """Keyring machines are free text, and a scope refusal naming many of them is
+    clipped to travel back: the create gets its refusal, never a failure."""
+    old = _finished()
+    many = {"billing *", *(f"machine-{n:03d}-" + "x" * 120 for n in range(40))}
+    key = Scope("k", machines=frozenset({"owned_run", *many}))
+    payload = {**_payload(old), "machine": "owned_run"}
+    refused = Driver(run_id="task-2").refuse("create", payload=payload, scope=key)
+    assert refused.code is RejectionCode.UNAUTHORIZED and refused.detail.endswith("...")
+    assert "task_lifecycle" not in refused.detail
+
+
+def test_the_stop_reason_of_the_original_stays() -> None:
+    run = Driver(run_id="task-1")
+    run.create("task_lifecycle")
+    run.commit("start")
+    run.commit("fatal_error", reason="tool_error")
+    assert run.snapshot is not None
+    stop, last = run.snapshot.stop_reason, run.snapshot.last_reason
+    Driver(run_id="task-2").commit("create", payload=_payload(run))
+    assert run.snapshot.continued_by == "task-2"
+    assert (run.snapshot.stop_reason, run.snapshot.last_reason) == (stop, last)
+
+
+def test_verify_reports_an_original_naming_a_run_that_does_not_continue_it() -> None:
+    """The log a worker would have written had the undo been lost: verify says so; with
+    the undo, nothing."""
+    old = _finished()
+    new = Driver(run_id="task-2")
+    asked = _ask(new, "c1", _payload(old))
+    new.create("task_lifecycle")
+    granted = old._decide(asked.proposal, WORKER, PROCESSOR)
+    assert isinstance(granted, Commit)
+    refused = new._decide(granted.sends[0], WORKER, PROCESSOR)
+    assert isinstance(refused, Relay)
+
+    def log() -> dict[int, list[Record]]:
+        chain = [*old.history, *new.history]
+        records = [
+            Record(0, n, t.run_id.encode(), t.model_dump_json().encode(), None, 0)
+            for n, t in enumerate(chain)
+        ]
+        return {0: records}
+
+    lost = verify_continuations(log(), old.machines)
+    assert len(lost) == 1 and "names run 'task-2' as its continuation" in lost[0].detail
+    old._decide(refused.proposal, WORKER, PROCESSOR)
+    assert verify_continuations(log(), old.machines) == []
+
+
+def test_the_workers_sign_with_a_processor_key_else_the_first_runtime_key() -> None:
+    def ring(**extra: dict[str, object]) -> Keyring:
+        keys: dict[str, dict[str, object]] = {
+            "zz-rt": {"source": "runtime", "authority": "runtime"},
+            "aa-rt": {"source": "runtime", "authority": "runtime"},
+            "op": {"source": "op", "authority": "runtime", "operator": True},
+            **extra,
+        }
+        return Keyring.model_validate(
+            {"keys": {k: {**v, "secret": f"{k}-" + "s" * 32} for k, v in keys.items()}}
+        )
+
+    plain = ring()
+    assert timer_key(plain, None, None).key_id == "aa-rt"
+    assert not Punctuator(TopicNames.with_prefix(), timer_key(plain, None, None), plain).relays
+    with_worker = ring(**{"w": {"source": "worker", "authority": "runtime", "processor": True}})
+    signing = timer_key(with_worker, None, None)
+    assert signing.key_id == "w"
+    assert Punctuator(TopicNames.with_prefix(), signing, with_worker).relays
