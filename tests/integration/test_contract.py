@@ -431,7 +431,26 @@ def test_a_run_is_continued_once_as_its_original_agrees(world: World) -> None:
             RejectionCode.CONTINUATION_REFUSED,
             payload=continuation_payload(world.snapshot("cont-1"), builtin_machines()),
         )
-        assert "continued by run 'cont-4'" in again.detail
+        assert "continued by another run already" in again.detail
+
+        # A run of the new id created while the original is asked (both records in one
+        # batch, the plain create after): the continuation is refused run_exists, and
+        # the original, told so, names none again and may be continued.
+        _started(world, "race-1")
+        _committed(runtime, "race-1", "fatal_error")
+        carried = continuation_payload(world.snapshot("race-1"), builtin_machines())
+        asking = runtime.propose("race-2", "create", payload=carried)
+        plain = runtime.propose("race-2", "create", payload={"machine": M, "options": {}})
+        runtime.flush()
+        assert isinstance(runtime.wait(plain), Transition)
+        raced = runtime.wait(asking)
+        assert isinstance(raced, Rejection) and raced.code is RejectionCode.RUN_EXISTS, raced
+        deadline = time.monotonic() + ANSWER_WITHIN_S
+        while world.snapshot("race-1").continued_by is not None:
+            assert time.monotonic() < deadline, "the original still names race-2"
+            time.sleep(0.1)
+        again_carried = continuation_payload(world.snapshot("race-1"), builtin_machines())
+        _committed(runtime, "race-3", "create", payload=again_carried)
         # The log proves it again: every decision here, both runs' chains and the link.
         verified = runstate(world.env, "verify", "--keyring-file", str(world.env.keyring_path))
         assert verified.returncode == 0, verified.stdout + verified.stderr
