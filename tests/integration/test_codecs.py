@@ -1,4 +1,4 @@
-"""Every record a producer may send (issue 14): proposals compressed with each codec
+"""Every record a producer may send: proposals compressed with each codec
 Kafka has are decided by both runtimes, and the worker stays up.
 
 One worker per runtime takes five rounds in sequence, one per `compression.type`

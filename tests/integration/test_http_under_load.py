@@ -1,4 +1,4 @@
-"""HTTP readers hammer a native worker's API while it decides a steady stream (issue 14).
+"""HTTP readers hammer a native worker's API while it decides a steady stream.
 
 The partition store's snapshot cache was once touched by HTTP threads under a lock and
 by the worker's loop without it; a KeyError there turned a valid proposal into a DLQ

@@ -1,4 +1,4 @@
-"""The light install for real (issue 17): a fresh venv, `pip install <this tree>` with no
+"""The light install for real: a fresh venv, `pip install <this tree>` with no
 extras (from the package index, about 10 s), then the SDK imports, a light command runs,
 and a worker command names the extra. No broker needed."""
 

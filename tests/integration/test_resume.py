@@ -1,4 +1,4 @@
-"""An agent killed mid-step (issue 17): the resume view a restarted agent builds from the
+"""An agent killed mid-step: the resume view a restarted agent builds from the
 worker's snapshot and history shows the completed step with its result, the step left
 executing and the checkpoint; the failed run is then continued as a new run carrying
 them. One native worker, one broker."""

@@ -1,4 +1,4 @@
-"""The light install (issue 17): `pip install runstate` is what an agent installs, so the
+"""The light install: `pip install runstate` is what an agent installs, so the
 SDK, the wire contracts and the CLI's light commands must not import the worker's
 packages, and a worker command in that install says which extra to add (exit 2).
 tests/integration/test_light_install.py builds that install for real."""

@@ -1,4 +1,4 @@
-"""Property tests: no record can stop a partition (issue 13, poison records; no broker).
+"""Property tests: no record can stop a partition (poison records; no broker).
 
 1. The pipeline: any key, value and headers, however hostile (lone surrogates spelled as
    JSON escapes, control characters, invalid UTF-8 in the key, values and states around
