@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from processor.engine import Beat, Commit, Forget, Machine, Relay, decide
 from processor.engine.answers import Answer, committed_digest, digest_of
 from processor.engine.continuation import CONTINUED_BY, DETAIL_MAX_CHARS, GRANTED, undo
-from processor.engine.decide import remembered
+from processor.engine.decide import refused, remembered
 from processor.intake import (
     DEFAULT_MAX_PROPOSAL_BYTES,
     Credential,
@@ -275,23 +275,7 @@ def _sendable(
             f"the proposals' limit is {max_bytes}: carry a smaller checkpoint or smaller "
             "step results (large data belongs in your own storage, referenced by key)",
         )
-    return Rejection.trusted(
-        dict(
-            schema_version=1,
-            code=code,
-            detail=why,
-            run_id=proposal.run_id,
-            proposal_id=proposal.proposal_id,
-            event=proposal.event,
-            principal=credential.principal,
-            state=None,
-            revision=None,
-            original_transition_id=None,
-            step_result=None,
-            content_digest=None,
-            at_ms=timestamp_ms,
-        )
-    )
+    return refused(code, why, proposal, credential.principal, timestamp_ms)
 
 
 def fit_commit(

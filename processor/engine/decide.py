@@ -1338,6 +1338,14 @@ def executing_steps(snapshot: RunSnapshot) -> list[str]:
     return sorted(n for n, r in snapshot.steps.items() if r.status is StepStatus.EXECUTING)
 
 
+def refused(
+    code: Code, detail: str, proposal: Proposal, principal: Principal, now_ms: int
+) -> Rejection:
+    """`proposal`'s refusal, telling nothing of its run, as the shell makes one (a
+    continuation's ask that cannot be sent)."""
+    return _reject(code, detail, proposal, principal, None, now_ms)
+
+
 def _reject(
     code: Code,
     detail: str,

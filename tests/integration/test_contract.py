@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient
 
 from processor.client import RunstateClient, approval_payload
 from processor.config import KafkaSettings
+from processor.engine.continuation import UNDONE, relay_id
 from processor.keyring import generate_keyring, load_keyring
 from processor.machines import builtin_machines
 from processor.readback import read_partitions
@@ -445,12 +446,11 @@ def test_a_run_is_continued_once_as_its_original_agrees(world: World) -> None:
         assert isinstance(runtime.wait(plain), Transition)
         raced = runtime.wait(asking)
         assert isinstance(raced, Rejection) and raced.code is RejectionCode.RUN_EXISTS, raced
-        deadline = time.monotonic() + ANSWER_WITHIN_S
-        while world.snapshot("race-1").continued_by is not None:
-            assert time.monotonic() < deadline, "the original still names race-2"
-            time.sleep(0.1)
-        again_carried = continuation_payload(world.snapshot("race-1"), builtin_machines())
-        _committed(runtime, "race-3", "create", payload=again_carried)
+        # The undo was sent with that refusal: its transition names the revision to carry.
+        _, (undone,) = _answers(world.env, relay_id(UNDONE, "race-2", asking), 1)
+        assert undone.event == UNDONE and undone.payload["run_id"] == "race-2"
+        link = {"run_id": "race-1", "revision": undone.revision, "hash": undone.hash}
+        _committed(runtime, "race-3", "create", payload={**carried, "continues": link})
         # The log proves it again: every decision here, both runs' chains and the link.
         verified = runstate(world.env, "verify", "--keyring-file", str(world.env.keyring_path))
         assert verified.returncode == 0, verified.stdout + verified.stderr
