@@ -452,7 +452,7 @@ def _row(target: str, now: float | None, shown: str, met: bool | None) -> dict[s
 
 
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """Issue 18's targets and where they stand (never lowered)."""
+    """The throughput targets and where they stand (never lowered)."""
     out = []
     rate = {name: row["rate"]["median"] for name, row in results["throughput"].items()}
     for name, wanted in (("ceiling", 0.5), ("quix", 2.5)):

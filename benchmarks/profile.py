@@ -59,7 +59,7 @@ STAGES = (
     "other",
 )
 SAMPLE_RATE = 250
-#: The main branch before issue 18's work: its worker is the budget's "before".
+#: The baseline commit, before the hot path's work: its worker is the budget's "before".
 BEFORE_COMMIT = "a587d34"
 MAIN_THREAD = "MainThread"
 FRAME = re.compile(r"^(?P<func>.*) \((?P<path>.*):(?P<line>\d+)\)$")

@@ -62,7 +62,7 @@ def _spread_cell(s: dict[str, float], digits: int = 0) -> str:
     return f"{_fmt(s['min'], digits)} / **{_fmt(s['median'], digits)}** / {_fmt(s['max'], digits)}"
 
 
-#: The profile of the worker before issue 18's work, recorded once (benchmarks/profile.py
+#: The profile of the baseline commit's worker, recorded once (benchmarks/profile.py
 #: at that commit) and kept: BENCHMARKS.md shows it beside the profile of its own run.
 PROFILE_BEFORE = ROOT / "benchmarks" / "profile-before.json"
 
@@ -115,7 +115,7 @@ def markdown(results: dict[str, Any], where: Path = ROOT) -> str:
         *(_growth(results["growth"]) if results["growth"] else []),
         *_engine(results.get("engine")),
         *_profile(results.get("profile"), results.get("profile_before"), where),
-        "## Targets (issue 18)",
+        "## Throughput targets",
         "",
         "| target | now | met |",
         "|---|---|---|",
@@ -253,8 +253,8 @@ def _profile(after: dict[str, Any] | None, again: dict[str, Any] | None, where: 
         "A native worker drains a pre-loaded input while py-spy samples it (250/s, waits "
         "included): its main thread, where the loop runs, shares out its wall time by "
         "stage, as microseconds per proposal (benchmarks/profile.py says which frames "
-        "go to which stage). **Before, recorded**: the profile taken of the worker before "
-        "issue 18's work (benchmarks/profile-before.json, kept as it was measured, on a "
+        "go to which stage). **Before, recorded**: the profile taken of the baseline "
+        "commit's worker (benchmarks/profile-before.json, kept as it was measured, on a "
         "machine as busy as its load average says). **Before, this run**: the same "
         "worker code, checked out and profiled again in this run. **After**: this "
         "commit's worker.",

@@ -114,8 +114,8 @@ class Life:
         return None if len(kept) < 3 else (kept[-1] - kept[0]) / kept[0]
 
     def growth_from_first_minute(self, of: str = "rss") -> float | None:
-        """The same from WARM_UP_S on, caches full or not (the figure this soak used to
-        judge by)."""
+        """The same from WARM_UP_S on, caches full or not (a figure reported, not judged
+        by)."""
         return self.growth(of, self.started_s + WARM_UP_S)
 
 

@@ -233,7 +233,7 @@ def test_verify_follows_a_run_forgotten_and_created_again() -> None:
 
 def test_verify_sets_aside_a_proposal_it_cannot_decide(monkeypatch: pytest.MonkeyPatch) -> None:
     """As the workers do (the DLQ, with the reason): a proposal whose deciding raises (a
-    bug; once, metadata {"timer": []}) no longer aborts verify; the rest is checked."""
+    bug; for example metadata {"timer": []}) does not abort verify; the rest is checked."""
     import processor.audit as audit
 
     keyring, proposals, transitions = _records()
