@@ -3,6 +3,7 @@ broker, then the report table (and JSON with --json)."""
 
 import json
 import tempfile
+import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -10,7 +11,6 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from processor.broker.cluster import running_cluster
 from processor.broker.provide import provide_broker
@@ -21,43 +21,43 @@ from tests.faults.scenarios import FULL, SCENARIOS, SHORT, Size, broker_restart
 ALL = [*SCENARIOS, "broker", *CLUSTER_SCENARIOS]
 
 
-def report(rows: list[Row]) -> Table:
-    table = Table(title="runstate fault harness")
-    for column in (
-        "scenario",
-        "runtime",
-        "proposals",
-        "faults",
-        "lost",
-        "duplicated",
-        "repeated",
-        "mismatched",
-        "crashes",
-        "self restarts",
-        "lag 0",
-        "recovery s (max / median)",
-        "seconds",
-    ):
-        table.add_column(column, justify="left" if column in ("scenario", "runtime") else "right")
+#: The report's widest line: it reads whole in a log, a pipe and a narrow terminal.
+WIDTH = 80
+
+
+def report(rows: list[Row]) -> list[str]:
+    """The report as plain lines of at most WIDTH characters: a block per scenario (its
+    size, then what a guarantee counts, then lag and recovery), no table to cut."""
+    held = sum(r.clean for r in rows)
+    lines = [f"runstate fault harness: {len(rows)} scenario runs, {held} clean"]
     for row in rows:
         recovery = sorted(row.recovery_s)
-        shown = f"{recovery[-1]:.1f} / {recovery[len(recovery) // 2]:.1f}" if recovery else "-"
-        table.add_row(
-            row.scenario,
-            row.runtime,
-            f"{row.proposals:,}",
-            str(row.faults),
-            str(row.lost),
-            str(row.duplicated),
-            str(row.repeated),
-            str(row.mismatched),
-            str(row.crashes),
-            str(row.self_restarts),
-            "yes" if row.lag_zero else "NO",
-            shown,
-            f"{row.seconds:.0f}",
+        shown = (
+            f"recovery max {recovery[-1]:.1f} s, median {recovery[len(recovery) // 2]:.1f} s"
+            if recovery
+            else "no recovery measured"
         )
-    return table
+        lines += [
+            "",
+            f"{row.scenario} ({row.runtime}): {'clean' if row.clean else 'NOT CLEAN'}",
+            f"  {row.proposals:,} proposals, {row.faults} faults, {row.seconds:.0f} s",
+            f"  lost {row.lost}, duplicated {row.duplicated}, repeated {row.repeated}, "
+            f"mismatched {row.mismatched}",
+            f"  crashes {row.crashes}, self restarts {row.self_restarts}, "
+            f"lag back to 0: {'yes' if row.lag_zero else 'NO'}",
+            f"  {shown}",
+            *(f"  {_clip(example)}" for example in row.examples[:3]),
+        ]
+    return lines
+
+
+def wrapped(lines: list[str]) -> list[str]:
+    """Long lines folded at WIDTH, their continuations indented."""
+    return [part for line in lines for part in textwrap.wrap(line, WIDTH, subsequent_indent="  ")]
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= WIDTH - 2 else text[: WIDTH - 5] + "..."
 
 
 @click.command()
@@ -77,7 +77,10 @@ def report(rows: list[Row]) -> Table:
 )
 @click.option("--short", is_flag=True, help="The CI sizes instead of the full ones.")
 @click.option(
-    "--json", "json_path", type=click.Path(path_type=Path), help="Also write the rows as JSON here."
+    "--json",
+    "json_path",
+    type=click.Path(allow_dash=True, path_type=Path),
+    help="Also write the rows as JSON to this file ('-': standard output, instead of the report).",
 )
 @click.option(
     "--keep",
@@ -99,15 +102,15 @@ def main(
     partition leader, a changelog leader, a transaction coordinator and the group
     coordinator SIGKILLed; a rolling restart; a broker paused past its session; a broker
     restarted with its disk lost. Exits 1 unless every row is clean."""
-    console = Console()
+    # Progress goes to stderr, so that `--json -` leaves standard output to the JSON.
+    console = Console(stderr=True)
     size = SHORT if short else FULL
     chosen = scenarios or tuple(ALL)
     rows: list[Row] = []
 
     def ran(row: Row, runtime: str) -> None:
         rows.append(row)
-        verdict = "clean" if row.clean else "NOT CLEAN"
-        console.print(f"{row.scenario} ({runtime}): {verdict} {row.examples[:3]}")
+        console.print(f"{row.scenario} ({runtime}): {'clean' if row.clean else 'NOT CLEAN'}")
 
     with _workdir(keep) as tmp:
         single = [n for n in chosen if n not in CLUSTER_SCENARIOS]
@@ -136,11 +139,14 @@ def main(
                                 CLUSTER_SCENARIOS[name](brokers, where, runtime, cluster_size),
                                 runtime,
                             )
-    console.print(report(rows))
-    for line in bounds(rows):
-        console.print(line)
-    if json_path is not None:
-        json_path.write_text(json.dumps([asdict(r) for r in rows], indent=2))
+    as_json = json.dumps([asdict(r) for r in rows], indent=2)
+    if json_path == Path("-"):
+        click.echo(as_json)
+    else:
+        for line in [*report(rows), "", *wrapped(bounds(rows))]:
+            click.echo(line)
+        if json_path is not None:
+            json_path.write_text(as_json)
     raise SystemExit(0 if all(r.clean for r in rows) else 1)
 
 
