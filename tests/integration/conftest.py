@@ -60,20 +60,25 @@ def launcher() -> None:
         pytest.skip(f"local launcher unavailable here: {exc}")
 
 
-#: The node id of the last test that asks for kafka_cluster, and the cluster once made.
-_LAST_CLUSTER_TEST: list[str] = []
+#: The last test that asks for kafka_cluster, and the cluster once made.
+_LAST_CLUSTER_TEST: list[pytest.Item] = []
 _CLUSTERS: list[Cluster] = []
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    users = [i.nodeid for i in items if "kafka_cluster" in getattr(i, "fixturenames", ())]
+    """The tests of the three-node cluster run in one process (pytest-xdist's group), one
+    after the other: one cluster at a time shares the machine with the other tests."""
+    users = [i for i in items if "kafka_cluster" in getattr(i, "fixturenames", ())]
+    for item in users:
+        item.add_marker(pytest.mark.xdist_group("cluster"))
     _LAST_CLUSTER_TEST[:] = users[-1:]
 
 
 def pytest_runtest_teardown(item: pytest.Item) -> None:
     """The cluster goes once its last test is done, not at the session's end: three idle
     JVMs would otherwise share the CI machine with every test after it."""
-    if _CLUSTERS and [item.nodeid] == _LAST_CLUSTER_TEST:
+    if _CLUSTERS and _LAST_CLUSTER_TEST and item is _LAST_CLUSTER_TEST[0]:
         _CLUSTERS.pop().stop_all(timeout=0)
 
 
