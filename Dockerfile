@@ -29,6 +29,6 @@ VOLUME /state
 # A worker is healthy when ready: in its group, its partitions restored, clients healthy
 # (GET /readyz). Other commands of the image exit before the first check.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
-  CMD ["python3", "-m", "processor.runtime.probe", "readyz"]
+  CMD ["python3", "-m", "processor.runtimes.native.probe", "readyz"]
 ENTRYPOINT []
 CMD ["runstate", "--help"]

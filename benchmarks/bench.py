@@ -10,8 +10,8 @@ from rich.console import Console
 from benchmarks.contenders import Setup
 from benchmarks.records import RawRecord
 from benchmarks.workload import BENCH_MAX_AGE_MS, for_topic, lives, signed
-from processor.keyring import Keyring, dump_keyring, generate_keyring
-from processor.topics import TopicNames, create_topics, plan_topics
+from processor.kafka.topics import TopicNames, create_topics, plan_topics
+from processor.trust.keyring import Keyring, dump_keyring, generate_keyring
 from schemas.messages import Proposal
 
 PARTITIONS = 3

@@ -39,9 +39,9 @@ from processor.client import (
     SigningKey,
     TopicNames,
 )
-from processor.partitioning import partition_for
-from processor.readback import watermarks
-from processor.topics import create_topics, plan_topics
+from processor.kafka.partitioning import partition_for
+from processor.kafka.readback import watermarks
+from processor.kafka.topics import create_topics, plan_topics
 from schemas.messages import Heartbeat, Principal, Rejection, Transition
 
 PARTITIONS = 6

@@ -12,9 +12,9 @@ from pathlib import Path
 from rich.console import Console
 
 from benchmarks.quixenv import quix_python
-from processor.children import die_with_parent
-from processor.runtime.process import WorkerProcess
-from processor.topics import TopicNames
+from processor.kafka.topics import TopicNames
+from processor.runtimes.children import die_with_parent
+from processor.runtimes.native.process import WorkerProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 

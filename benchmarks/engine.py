@@ -19,11 +19,11 @@ from rich.console import Console
 from rich.table import Table
 
 from processor.engine import Commit, decide
-from processor.keyring import generate_keys
+from processor.kafka.partitioning import partition_for
 from processor.machines import builtin_machines
-from processor.partitioning import partition_for
-from processor.pipeline import Placement, RunsInMemory, decide_record
-from processor.signatures import Algorithm, RecordHeaders
+from processor.records.pipeline import Placement, RunsInMemory, decide_record
+from processor.trust.keyring import generate_keys
+from processor.trust.signatures import Algorithm, RecordHeaders
 from schemas import Principal, Proposal, RunSnapshot
 
 RUNTIME = Principal(source="runtime", authority="runtime")

@@ -14,9 +14,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from benchmarks.contenders import Running, Setup
 from benchmarks.records import RawRecord
-from processor.config import KafkaSettings
-from processor.runtime.restore import restore_partitions
-from processor.runtime.store import PartitionStore
+from processor.kafka.config import KafkaSettings
+from processor.runtimes.native.restore import restore_partitions
+from processor.runtimes.native.store import PartitionStore
 
 #: Every outcome an awaited proposal gets (transition, rejection, the ceiling's copy of
 #: the proposal) carries its proposal id as this JSON member, written compactly. A find

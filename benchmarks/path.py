@@ -25,12 +25,12 @@ from typing import Any
 
 from benchmarks.workload import for_topic, lives
 from processor.engine import Beat, Commit, Forget
-from processor.keyring import Keyring, generate_keyring
+from processor.kafka.partitioning import partition_for
+from processor.kafka.topics import TopicNames
 from processor.machines import builtin_machines
-from processor.metrics import MetricsBatch, WorkerMetrics
-from processor.outputs import Source, outcome_records
-from processor.partitioning import partition_for
-from processor.pipeline import (
+from processor.observe.metrics import MetricsBatch, WorkerMetrics
+from processor.records.outputs import Source, outcome_records
+from processor.records.pipeline import (
     Admitted,
     Outcome,
     Placement,
@@ -40,8 +40,8 @@ from processor.pipeline import (
     decide_record,
     outcome_run_id,
 )
-from processor.runtime.store import PartitionStore, PartitionTransaction
-from processor.topics import TopicNames
+from processor.runtimes.native.store import PartitionStore, PartitionTransaction
+from processor.trust.keyring import Keyring, generate_keyring
 from schemas import Rejection
 
 STAGES = ("admit", "decide", "encode", "stage", "store", "metrics")

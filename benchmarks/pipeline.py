@@ -36,9 +36,9 @@ from benchmarks.report import machine, markdown, spread
 from benchmarks.workload import TOPIC
 from processor.broker.provide import provide_broker
 from processor.engine import Commit
-from processor.keyring import Keyring
 from processor.machines import builtin_machines
-from processor.pipeline import decide_record
+from processor.records.pipeline import decide_record
+from processor.trust.keyring import Keyring
 from schemas.messages import RunSnapshot
 
 FULL: dict[str, Any] = {

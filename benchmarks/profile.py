@@ -91,26 +91,59 @@ def _c_call(path: str, line: int) -> str | None:
     return None
 
 
+#: The baseline commit's worker has the flat layout of processor/: its modules' paths as
+#: they are in this layout, so that both profiles are classified by the same rules.
+_FLAT_LAYOUT = {
+    "logs.py": "observe/logs.py",
+    "metrics.py": "observe/metrics.py",
+    "signatures.py": "trust/signatures.py",
+    "keyring.py": "trust/keyring.py",
+    "intake.py": "records/intake.py",
+    "outputs.py": "records/outputs.py",
+    "pipeline.py": "records/pipeline.py",
+    "partitioning.py": "kafka/partitioning.py",
+    "punctuator.py": "records/punctuator.py",
+    "runtime/checkpoint.py": "runtimes/native/transaction.py",
+}
+
+
+def _in_layout(path: str) -> str:
+    """`path` as this layout names the module (the same path when it is already)."""
+    head, sep, tail = path.rpartition("/processor/")
+    if not sep:
+        return path
+    if tail in _FLAT_LAYOUT:
+        tail = _FLAT_LAYOUT[tail]
+    elif tail.startswith("runtime/"):
+        tail = "runtimes/native/" + tail.removeprefix("runtime/")
+    return f"{head}{sep}{tail}"
+
+
 def _frame_stage(func: str, path: str) -> str | None:
     """The stage a frame belongs to, or None when its caller's says (helpers)."""
     name = func.rsplit(".", 1)[-1]
-    if "/logging/" in path or "pythonjsonlogger" in path or path.endswith("processor/logs.py"):
+    path = _in_layout(path)
+    if (
+        "/logging/" in path
+        or "pythonjsonlogger" in path
+        or path.endswith("processor/observe/logs.py")
+    ):
         return "logs"
-    if "prometheus_client" in path or path.endswith("processor/metrics.py"):
+    if "prometheus_client" in path or path.endswith("processor/observe/metrics.py"):
         return "metrics"
     if "rfc8785" in path or path.endswith("schemas/audit.py"):
         return "hash"
-    if path.endswith(("processor/signatures.py", "processor/keyring.py", "/hmac.py")):
+    if path.endswith(("processor/trust/signatures.py", "processor/trust/keyring.py", "/hmac.py")):
         return "authenticate"
-    if path.endswith("processor/intake.py"):
+    if path.endswith("processor/records/intake.py"):
         if name in ("authenticate", "reject_unproven"):
             return "authenticate"
         return "decode" if name in ("decode_proposal", "refuse", "_finite") else None
-    if path.endswith("processor/outputs.py") or name == "fit_commit":
+    if path.endswith("processor/records/outputs.py") or name == "fit_commit":
         return "encode"
-    if path.endswith(("runtime/store.py", "runtime/stores.py")):
+    if path.endswith(("native/store.py", "native/stores.py")):
         return "store flush" if name in ("write", "flush", "_drop_run") else "stage"
-    if path.endswith("runtime/producer.py"):
+    if path.endswith("native/producer.py"):
         committing = name in (
             "commit",
             "commit_here",
@@ -122,7 +155,7 @@ def _frame_stage(func: str, path: str) -> str | None:
             "abort_transaction",
         )
         return "commit" if committing else "produce"
-    if path.endswith("runtime/checkpoint.py"):
+    if path.endswith("native/transaction.py"):
         return {
             "produce": "produce",
             "settled": "produce",  # the records held while the previous commit travelled
@@ -133,10 +166,10 @@ def _frame_stage(func: str, path: str) -> str | None:
             "store": "stage",
         }.get(name)
     if "/processor/engine/" in path or path.endswith(
-        ("processor/pipeline.py", "processor/partitioning.py")
+        ("processor/records/pipeline.py", "processor/kafka/partitioning.py")
     ):
         return "decide"
-    if path.endswith("processor/punctuator.py") or name == "_punctuate":
+    if path.endswith("processor/records/punctuator.py") or name == "_punctuate":
         return "timers"
     return None
 
@@ -147,7 +180,9 @@ _STORE_FLUSH = (".write", ".prepare", ".apply", "._drop_run")
 def classify(stack: Stack) -> str:
     """The stage of one sample: the innermost frame a rule knows decides; anything under
     a store's batch being built or written is the store flush (its lookups included)."""
-    if any(f.endswith(_STORE_FLUSH) and p.endswith("runtime/store.py") for f, p, _ in stack):
+    if any(
+        f.endswith(_STORE_FLUSH) and _in_layout(p).endswith("native/store.py") for f, p, _ in stack
+    ):
         return "store flush"
     if stack:
         _, path, line = stack[-1]

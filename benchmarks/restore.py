@@ -19,14 +19,14 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from processor.broker.provide import provide_broker
-from processor.config import KafkaSettings
 from processor.engine import Commit, decide
+from processor.kafka.config import KafkaSettings
+from processor.kafka.partitioning import partition_for
+from processor.kafka.topics import TopicNames, create_topics, plan_topics
 from processor.machines import builtin_machines
-from processor.outputs import Source, outcome_records
-from processor.partitioning import partition_for
-from processor.runtime.restore import restore_partitions
-from processor.runtime.store import PartitionStore
-from processor.topics import TopicNames, create_topics, plan_topics
+from processor.records.outputs import Source, outcome_records
+from processor.runtimes.native.restore import restore_partitions
+from processor.runtimes.native.store import PartitionStore
 from schemas import Principal, Proposal
 
 RUNTIME = Principal(source="runtime", authority="runtime")

@@ -35,16 +35,16 @@ from pydantic import JsonValue
 from rich.console import Console
 
 from processor.broker.provide import provide_broker
-from processor.config import KafkaSettings
 from processor.engine import Commit, Forget, decide
 from processor.engine.parse import parse_machine
+from processor.kafka.config import KafkaSettings
+from processor.kafka.partitioning import partition_for
+from processor.kafka.readback import watermarks
+from processor.kafka.topics import TopicNames, create_topics, plan_topics
 from processor.machines import builtin_machines, builtin_source
-from processor.outputs import Headers, Source, outcome_records
-from processor.partitioning import partition_for
-from processor.readback import watermarks
-from processor.runtime.restore import restore_partitions
-from processor.runtime.store import PartitionStore
-from processor.topics import TopicNames, create_topics, plan_topics
+from processor.records.outputs import Headers, Source, outcome_records
+from processor.runtimes.native.restore import restore_partitions
+from processor.runtimes.native.store import PartitionStore
 from schemas.messages import Principal, Proposal
 
 PARTITIONS = 3

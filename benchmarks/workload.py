@@ -16,10 +16,10 @@ from typing import Any
 
 from benchmarks.records import RawRecord
 from processor.engine import Commit, Machine
-from processor.keyring import Keyring, signing_key_from
 from processor.machines import builtin_machines
-from processor.pipeline import decide_record
-from processor.signatures import HEADER_KEY_ID
+from processor.records.pipeline import decide_record
+from processor.trust.keyring import Keyring, signing_key_from
+from processor.trust.signatures import HEADER_KEY_ID
 from schemas.messages import Proposal, RunSnapshot
 
 T0_MS = 1_800_000_000_000

@@ -63,7 +63,7 @@ class RunOptions(WireModel):
 class RunLink(WireModel):
     """Another run, as it stood at one revision: the run a continuation carries on from.
     `revision` and `hash` name the predecessor's latest transition when it was read, so
-    anyone holding its transitions can check what was carried (`processor.resume`)."""
+    anyone holding its transitions can check what was carried (`processor.history.resume`)."""
 
     run_id: RunId
     revision: int = Field(ge=0)

@@ -1,5 +1,5 @@
 """An independent, lax Ed25519 for tests: the curve's arithmetic by other formulas than
-processor/ed25519.py's (affine additions, projective scalar multiplication), its torsion
+processor/trust/ed25519.py's (affine additions, projective scalar multiplication), its torsion
 points derived from the curve itself, and forgeries that satisfy the cofactorless
 equation R = [S]B - [k]A, which is all OpenSSL checks after decoding. Never for use.
 """

@@ -15,12 +15,17 @@ from processor.engine import Commit, decide
 from processor.engine.answers import Answer, committed_digest, digest_of
 from processor.engine.continuation import CONTINUED_BY, GRANTED, REFUSED, claimed, relay_id
 from processor.engine.scope import reaches
-from processor.intake import Credential, authenticate, decode_proposal
-from processor.keyring import Keyring, KeyringError, SigningKey, parse_keyring
+from processor.kafka.partitioning import murmur2, partition_for
 from processor.machines import builtin_machines
-from processor.partitioning import murmur2, partition_for
-from processor.pipeline import RunsInMemory, decide_record
-from processor.signatures import ed25519_public_key, ed25519_signature, signed_base, verify_ed25519
+from processor.records.intake import Credential, authenticate, decode_proposal
+from processor.records.pipeline import RunsInMemory, decide_record
+from processor.trust.keyring import Keyring, KeyringError, SigningKey, parse_keyring
+from processor.trust.signatures import (
+    ed25519_public_key,
+    ed25519_signature,
+    signed_base,
+    verify_ed25519,
+)
 from schemas.audit import canonical_text, canonical_values
 from schemas.codes import RejectionCode
 from schemas.messages import (

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer
 
-from processor.keyring import Keyring, load_keyring
-from processor.topics import TopicNames
+from processor.kafka.topics import TopicNames
+from processor.trust.keyring import Keyring, load_keyring
 
 
 def peer_args(description: str) -> argparse.Namespace:

@@ -14,8 +14,8 @@ from quixstreams.models.serializers import Serializer
 from benchmarks.peers.common import keyring, peer_args, topics
 from processor.engine import Commit
 from processor.machines import builtin_machines
-from processor.outputs import OutputRecord, Source, outcome_records
-from processor.pipeline import decide_record
+from processor.records.outputs import OutputRecord, Source, outcome_records
+from processor.records.pipeline import decide_record
 from schemas.messages import RunSnapshot
 
 SNAPSHOT = "snapshot"

@@ -22,8 +22,8 @@ from benchmarks.peers.common import (
 )
 from processor.engine import Commit
 from processor.machines import builtin_machines
-from processor.outputs import Source, outcome_records
-from processor.pipeline import decide_record
+from processor.records.outputs import Source, outcome_records
+from processor.records.pipeline import decide_record
 from schemas.messages import RunSnapshot
 
 SCHEMA = """

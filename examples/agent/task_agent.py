@@ -34,7 +34,7 @@ from processor.client import (
     Transition,
     load_signing_key,
 )
-from processor.resume import ResumeView
+from processor.history.resume import ResumeView
 
 MACHINE = "task_lifecycle"
 STEPS = ("validate", "refund", "notify")

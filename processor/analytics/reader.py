@@ -24,9 +24,9 @@ from typing import NamedTuple
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from pydantic import ValidationError
 
-from processor.config import KafkaSettings
-from processor.readback import watermarks
-from processor.topics import TopicNames
+from processor.kafka.config import KafkaSettings
+from processor.kafka.readback import watermarks
+from processor.kafka.topics import TopicNames
 from schemas.messages import Rejection, Transition
 
 #: topic kind -> {partition: next offset to read}

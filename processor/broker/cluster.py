@@ -8,7 +8,7 @@ The nodes share a cluster id and bootstrap a dynamic controller quorum (KIP-853:
 every node a voter). Each has its own directory (`node-<id>/`: server.properties,
 kraft-logs/, broker.log), ports and JVM. Replication of the internal topics, and of
 topics created without their own, follows the cluster's size as `runstate topics
-create` does: min(3, N) replicas, `min.insync.replicas` from processor.topics.
+create` does: min(3, N) replicas, `min.insync.replicas` from processor.kafka.topics.
 """
 
 import json
@@ -44,7 +44,7 @@ from processor.broker.server import (
     stop_process,
     wait_started,
 )
-from processor.topics import default_replication, min_insync_replicas
+from processor.kafka.topics import default_replication, min_insync_replicas
 
 CLUSTER_FILE = "cluster.json"
 #: Each node's JVM heap (initial, maximum): three of them share a laptop or a CI runner.

@@ -19,7 +19,7 @@ from pathlib import Path
 from rich.console import Console
 
 from processor.broker.jars import KAFKA_VERSION, BrokerError, ensure_jars, find_java, resource
-from processor.children import die_with_parent
+from processor.runtimes.children import die_with_parent
 
 READY_LINE = "Kafka Server started"
 LOOPBACK = "127.0.0.1"

@@ -18,12 +18,12 @@ from processor.broker.launcher import BrokerError
 from processor.broker.provide import configured_bootstrap, provide_broker
 from processor.broker.server import free_ports
 from processor.cli.options import bootstrap_option, option
-from processor.config import KafkaSettings
 from processor.demo.driver import DemoResult, Driver
-from processor.keyring import dump_keyring, generate_keyring, signing_keys
-from processor.readback import read_topics
-from processor.runtime.process import WorkerProcess
-from processor.topics import TopicNames, create_topics, plan_topics
+from processor.kafka.config import KafkaSettings
+from processor.kafka.readback import read_topics
+from processor.kafka.topics import TopicNames, create_topics, plan_topics
+from processor.runtimes.native.process import WorkerProcess
+from processor.trust.keyring import dump_keyring, generate_keyring, signing_keys
 from schemas.messages import Rejection, Transition
 
 

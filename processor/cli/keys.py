@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from processor.cli.options import option
-from processor.keyring import (
+from processor.trust.keyring import (
     KeyEntry,
     Keyring,
     KeyringError,
@@ -21,7 +21,7 @@ from processor.keyring import (
     load_keyring,
     new_key,
 )
-from processor.signatures import Algorithm
+from processor.trust.signatures import Algorithm
 
 #: Every change takes effect this long after it is written, by default: longer than a
 #: worker takes to read the file again (1 s), so every worker holds the change before

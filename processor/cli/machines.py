@@ -19,11 +19,8 @@ from processor.cli.options import (
 from processor.engine.machine import Catalog
 from processor.engine.parse import MachineFileError, lint_machine_text
 from processor.engine.render import mermaid, table_rows
-from processor.errors import WorkerError
-from processor.keyring import OPERATOR_KEY_ID, Keyring, KeyringError, load_keyring
-from processor.machine_diff import diff
-from processor.machines import builtin_machines, load_catalog, load_machine_file
-from processor.versions import (
+from processor.history.machine_diff import diff
+from processor.history.versions import (
     RefusedVersion,
     held_versions,
     load_operator_key,
@@ -31,6 +28,9 @@ from processor.versions import (
     published,
     trusted_catalog,
 )
+from processor.machines import builtin_machines, load_catalog, load_machine_file
+from processor.runtimes.errors import WorkerError
+from processor.trust.keyring import OPERATOR_KEY_ID, Keyring, KeyringError, load_keyring
 from schemas.machine import MachineSpec
 
 

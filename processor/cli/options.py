@@ -8,10 +8,10 @@ from typing import Any
 
 import click
 
-from processor.config import KafkaSettings
-from processor.intake import DEFAULT_MAX_PROPOSAL_BYTES
-from processor.pipeline import DEFAULT_MAX_STATE_BYTES
-from processor.topics import TopicNames
+from processor.kafka.config import KafkaSettings
+from processor.kafka.topics import TopicNames
+from processor.records.intake import DEFAULT_MAX_PROPOSAL_BYTES
+from processor.records.pipeline import DEFAULT_MAX_STATE_BYTES
 
 ENV_PREFIX = "RUNSTATE_"
 

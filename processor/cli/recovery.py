@@ -14,13 +14,6 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from processor.audit import (
-    Finding,
-    verify_continuations,
-    verify_migrations,
-    verify_partition,
-    verify_runs_across_partitions,
-)
 from processor.cli.machines import catalog_with_versions, optional_keyring, versions_and_refusals
 from processor.cli.options import (
     KafkaContext,
@@ -34,13 +27,20 @@ from processor.cli.options import (
     state_dir_option,
 )
 from processor.cli.topics import topic_settings
-from processor.keyring import KeyringError, load_keyring
-from processor.outputs import CommitLimits
-from processor.readback import read_partitions
-from processor.rebuild import RebuildError, StoresExist, partition_count, rebuild_stores
-from processor.runtime.preflight import learn_limits
-from processor.runtime.statedir import StateDirBusy
-from processor.topics import TopicDefaults, TopicSettingError
+from processor.history.audit import (
+    Finding,
+    verify_continuations,
+    verify_migrations,
+    verify_partition,
+    verify_runs_across_partitions,
+)
+from processor.history.rebuild import RebuildError, StoresExist, partition_count, rebuild_stores
+from processor.kafka.readback import read_partitions
+from processor.kafka.topics import TopicDefaults, TopicSettingError
+from processor.records.outputs import CommitLimits
+from processor.runtimes.native.preflight import learn_limits
+from processor.runtimes.native.statedir import StateDirBusy
+from processor.trust.keyring import KeyringError, load_keyring
 
 
 def parse_time(text: str) -> int:

@@ -24,9 +24,9 @@ from processor.cli.options import (
 )
 from processor.cli.recovery import parse_time
 from processor.client import OutcomeTimeout, RunReader, RunstateClient, Unavailable
-from processor.keyring import KeyringError, load_keyring, load_signing_key, signing_key_from
-from processor.readback import watermarks
-from processor.rebuild import RebuildError, run_as_of
+from processor.history.rebuild import RebuildError, run_as_of
+from processor.kafka.readback import watermarks
+from processor.trust.keyring import KeyringError, load_keyring, load_signing_key, signing_key_from
 from schemas.messages import Rejection
 
 key_id_option = option(

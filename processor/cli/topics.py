@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from processor.cli.options import KafkaContext, option, pass_kafka
-from processor.topics import (
+from processor.kafka.topics import (
     DEFAULT_RETENTION_MS,
     Drift,
     TopicDefaults,

@@ -22,17 +22,17 @@ from processor.cli.options import (
     pass_kafka,
     state_dir_option,
 )
-from processor.cluster import origin
-from processor.config import WorkerConfig
 from processor.engine.parse import MachineFileError
-from processor.errors import ClientBroken, WorkerError
-from processor.http_auth import HttpTokens, TokenError, bind_refusal, is_loopback
-from processor.keyring import KeyringError, load_keyring
-from processor.logs import FORMATS, setup_logging
-from processor.runtime.heap import tune_collector
-from processor.runtime.http import serve
-from processor.runtime.worker import Worker
-from processor.versions import deployed_catalog, load_operator_key
+from processor.history.versions import deployed_catalog, load_operator_key
+from processor.kafka.config import WorkerConfig
+from processor.observe.logs import FORMATS, setup_logging
+from processor.runtimes.errors import ClientBroken, WorkerError
+from processor.runtimes.native.heap import tune_collector
+from processor.runtimes.native.http import serve
+from processor.runtimes.native.worker import Worker
+from processor.serving.peers import origin
+from processor.trust.http_auth import HttpTokens, TokenError, bind_refusal, is_loopback
+from processor.trust.keyring import KeyringError, load_keyring
 
 
 class PeerUrl(click.ParamType):
@@ -126,7 +126,7 @@ class PeerUrl(click.ParamType):
     env="COMMIT_INTERVAL_MS",
     type=click.IntRange(min=1),
     default=100,
-    help="Checkpoint (commit the transaction) at least this often.",
+    help="Commit the transaction at least this often.",
 )
 @option(
     "--commit-max-records",
@@ -143,7 +143,7 @@ class PeerUrl(click.ParamType):
     type=click.IntRange(min=10),
     default=200,
     help="How often due deadlines and alerts are looked for (they fire within about "
-    "this plus one checkpoint of their due time).",
+    "this plus one transaction of their due time).",
 )
 @option(
     "--timer-key-id",
@@ -299,7 +299,7 @@ def worker(
         )
         tune_collector()  # start-up is over: see heap.py
         if runtime == "faust":
-            from processor.faust_runtime import run_faust_worker
+            from processor.runtimes.faust import run_faust_worker
 
             # Faust binds its port later, so a free one is picked here (its URL is
             # advertised in the consumer's client id before the server listens).

@@ -24,9 +24,9 @@ answered with the original transition, however long ago it was committed. Reads
 (or RUNSTATE_HTTP_TOKEN) when the workers ask for one.
 """
 
-from processor.config import KafkaSettings
-from processor.keyring import SigningKey, load_signing_key
-from processor.topics import TopicNames
+from processor.kafka.config import KafkaSettings
+from processor.kafka.topics import TopicNames
+from processor.trust.keyring import SigningKey, load_signing_key
 from schemas.codes import RejectionCode
 from schemas.messages import Heartbeat, Rejection, RunSnapshot, Transition
 

@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from processor.config import KafkaSettings
 from processor.engine.machine import Machine
-from processor.keyring import SigningKey
-from processor.partitioning import murmur2
-from processor.topics import TopicNames
+from processor.kafka.config import KafkaSettings
+from processor.kafka.partitioning import murmur2
+from processor.kafka.topics import TopicNames
+from processor.trust.keyring import SigningKey
 from schemas.codes import RejectionCode
 from schemas.messages import Heartbeat, Proposal, Rejection, Transition
 

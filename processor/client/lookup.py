@@ -3,10 +3,10 @@ gets the answer the first attempt got."""
 
 from confluent_kafka import KafkaException
 
-from processor.config import KafkaSettings
-from processor.partitioning import partition_for
-from processor.readback import read_partition
-from processor.topics import TopicNames
+from processor.kafka.config import KafkaSettings
+from processor.kafka.partitioning import partition_for
+from processor.kafka.readback import read_partition
+from processor.kafka.topics import TopicNames
 from schemas.messages import Transition
 
 from .core import Deadline, unavailable

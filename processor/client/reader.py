@@ -11,7 +11,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
-from processor.http_auth import CLIENT_TOKEN_ENV, bearer
+from processor.trust.http_auth import CLIENT_TOKEN_ENV, bearer
 from schemas.messages import RunSnapshot, Transition
 
 from .errors import Unavailable

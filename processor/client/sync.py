@@ -9,11 +9,11 @@ from typing import Any
 
 from confluent_kafka import KafkaException, Producer
 
-from processor.config import KafkaSettings
 from processor.engine.machine import Machine
-from processor.keyring import SigningKey
-from processor.resume import ResumeView, continuation_payload, resume_view
-from processor.topics import TopicNames
+from processor.history.resume import ResumeView, continuation_payload, resume_view
+from processor.kafka.config import KafkaSettings
+from processor.kafka.topics import TopicNames
+from processor.trust.keyring import SigningKey
 from schemas.messages import RunSnapshot, Transition
 
 from .core import (

@@ -16,9 +16,9 @@ from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from processor.config import KafkaSettings
-from processor.readback import watermarks
-from processor.topics import TopicNames
+from processor.kafka.config import KafkaSettings
+from processor.kafka.readback import watermarks
+from processor.kafka.topics import TopicNames
 
 from .core import (
     MAX_UNCLAIMED,

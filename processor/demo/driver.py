@@ -14,10 +14,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from processor.client import OutcomeWaiter, RunstateClient
-from processor.config import KafkaSettings
 from processor.demo.stories import STORIES, Outcome, Step, Story
-from processor.keyring import SigningKey
-from processor.topics import TopicNames
+from processor.kafka.config import KafkaSettings
+from processor.kafka.topics import TopicNames
+from processor.trust.keyring import SigningKey
 from schemas.messages import Proposal, Rejection, Transition
 
 

@@ -14,7 +14,7 @@ from collections import defaultdict
 
 from confluent_kafka import Consumer, TopicPartition
 
-from processor.config import KafkaSettings
+from processor.kafka.config import KafkaSettings
 from tests.integration.harness import Env
 
 

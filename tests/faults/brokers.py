@@ -17,8 +17,8 @@ from tests.faults.scenarios import Size, fresh_env, run_scenario, sleep_until
 CLUSTER_SIZE = Size(runs=2_000, proposals=24_000, rate=600, kills=0, hostile=0)
 #: How long a killed node stays down before it is started again.
 DOWN_S = 8.0
-#: A paused node is frozen past its broker session (broker.session.timeout.ms, 9 s by
-#: default: the controller fences it) and its clients' request timeouts.
+#: A paused node is frozen past its broker session (broker.session.timeout.ms, 3 s in the
+#: server template: the controller fences it) and its clients' request timeouts.
 PAUSE_S = 15.0
 REPLICATION = 3
 

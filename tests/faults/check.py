@@ -22,17 +22,17 @@ from typing import Any
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
-from processor.config import KafkaSettings
 from processor.engine import Beat, Commit, Forget
 from processor.engine.lint import TIMER_AUTHORITY
 from processor.engine.timers import TIMER_ID_PREFIX
+from processor.history.replay import Replayed, apply_heartbeats, apply_transitions
+from processor.kafka.config import KafkaSettings
+from processor.kafka.partitioning import partition_for
+from processor.kafka.readback import read_topics
 from processor.machines import builtin_machines
-from processor.outputs import is_run_key
-from processor.partitioning import partition_for
-from processor.pipeline import DeadLetterReason
-from processor.readback import read_topics
-from processor.replay import Replayed, apply_heartbeats, apply_transitions
-from processor.signatures import HEADER_KEY_ID
+from processor.records.outputs import is_run_key
+from processor.records.pipeline import DeadLetterReason
+from processor.trust.signatures import HEADER_KEY_ID
 from schemas.codes import RejectionCode
 from schemas.messages import DeadLetter, Heartbeat, Rejection, RunSnapshot, Transition
 from tests.integration.harness import Env, WorkerProcess, decided_records

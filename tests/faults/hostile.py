@@ -20,10 +20,10 @@ from collections.abc import Callable
 
 from benchmarks.records import Headers, RawRecord
 from processor.engine.timers import timer_proposal_id
-from processor.keyring import Keyring, SigningKey, signing_key_from
 from processor.machines import builtin_machines
-from processor.outputs import FIRED_CHANGELOG_PREFIX
-from processor.signatures import HEADER_KEY_ID, HEADER_SIGNATURE
+from processor.records.outputs import FIRED_CHANGELOG_PREFIX
+from processor.trust.keyring import Keyring, SigningKey, signing_key_from
+from processor.trust.signatures import HEADER_KEY_ID, HEADER_SIGNATURE
 from schemas.codes import RejectionCode
 from schemas.identifiers import MAX_PROPOSAL_ID_BYTES, MAX_RUN_ID_BYTES
 

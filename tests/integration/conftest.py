@@ -12,7 +12,7 @@ from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 
 from processor.broker.cluster import Cluster, running_cluster
 from processor.broker.provide import broker_source, provide_broker
-from processor.topics import TopicNames, create_topics, plan_topics
+from processor.kafka.topics import TopicNames, create_topics, plan_topics
 
 
 @pytest.fixture(scope="session")

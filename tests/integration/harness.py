@@ -16,17 +16,23 @@ from typing import Any
 from confluent_kafka import Consumer, Message
 
 from processor.client import RunstateClient
-from processor.config import KafkaSettings
 from processor.engine import Beat, Commit, Forget
-from processor.intake import TimestampType
-from processor.keyring import Keyring, SigningKey, dump_keyring, generate_keyring, signing_key_from
+from processor.history.rebuild import partition_count
+from processor.kafka.config import KafkaSettings
+from processor.kafka.readback import read_topics
+from processor.kafka.topics import TopicNames
 from processor.machines import builtin_machines
-from processor.outputs import is_run_key
-from processor.pipeline import Outcome, Placement, RunsInMemory, decide_record
-from processor.readback import read_topics
-from processor.rebuild import partition_count
-from processor.runtime.process import WorkerProcess as ProductWorkerProcess
-from processor.topics import TopicNames
+from processor.records.intake import TimestampType
+from processor.records.outputs import is_run_key
+from processor.records.pipeline import Outcome, Placement, RunsInMemory, decide_record
+from processor.runtimes.native.process import WorkerProcess as ProductWorkerProcess
+from processor.trust.keyring import (
+    Keyring,
+    SigningKey,
+    dump_keyring,
+    generate_keyring,
+    signing_key_from,
+)
 from schemas.messages import Heartbeat, Proposal, Rejection, RunSnapshot, Transition
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 from processor.client import RunstateClient
-from processor.config import KafkaSettings
-from processor.keyring import load_keyring, signing_key_from
-from processor.topics import TopicNames
+from processor.kafka.config import KafkaSettings
+from processor.kafka.topics import TopicNames
+from processor.trust.keyring import load_keyring, signing_key_from
 from schemas.messages import Transition
 
 CHECKPOINT = {"cursor": 42, "plan": ["s1", "s2"], "notes": "s1 found 42 rows"}

@@ -18,10 +18,10 @@ from confluent_kafka import Consumer, TopicPartition
 
 from processor.analytics.columns import rejection_row, transition_row
 from processor.analytics.reader import TransitionReader
-from processor.config import KafkaSettings
-from processor.readback import watermarks
-from processor.rebuild import partition_count
-from processor.topics import TopicNames
+from processor.history.rebuild import partition_count
+from processor.kafka.config import KafkaSettings
+from processor.kafka.readback import watermarks
+from processor.kafka.topics import TopicNames
 from schemas.messages import Transition
 from tests.integration.harness import (
     ROOT,

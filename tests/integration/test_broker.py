@@ -12,7 +12,7 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 
 from processor.broker.launcher import Broker, ensure_jars, jars_dir
-from processor.topics import TopicNames, create_topics, describe_topics, plan_topics
+from processor.kafka.topics import TopicNames, create_topics, describe_topics, plan_topics
 from tests.integration.harness import consume_all
 
 

@@ -17,7 +17,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ConfigResource,
 )
 
-from processor.topics import TopicNames
+from processor.kafka.topics import TopicNames
 from schemas.messages import Proposal, Transition
 from tests.integration.harness import Env, WorkerProcess, consume_all, make_env, published
 

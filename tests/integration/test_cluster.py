@@ -23,7 +23,7 @@ from processor.broker.coordinators import (
 from processor.broker.jars import ensure_tools
 from processor.broker.server import Jvm, run_tool
 from processor.cli.main import cli
-from processor.topics import TopicNames, TopicPlan, create_topics, topic_configs
+from processor.kafka.topics import TopicNames, TopicPlan, create_topics, topic_configs
 from tests.integration.harness import consume_all
 
 

@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from processor.config import KafkaSettings
-from processor.readback import read_topics
-from processor.topics import TopicNames
+from processor.kafka.config import KafkaSettings
+from processor.kafka.readback import read_topics
+from processor.kafka.topics import TopicNames
 from schemas.messages import DeadLetter
 from tests.integration.harness import (
     Env,

@@ -20,9 +20,9 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from processor.client import RunstateClient
-from processor.config import KafkaSettings
-from processor.readback import read_topics
-from processor.topics import TopicNames, max_message_bytes
+from processor.kafka.config import KafkaSettings
+from processor.kafka.readback import read_topics
+from processor.kafka.topics import TopicNames, max_message_bytes
 from schemas.codes import RejectionCode
 from schemas.messages import DeadLetter, Rejection, Transition
 from tests.integration.harness import Env, WorkerProcess, make_env

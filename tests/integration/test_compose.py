@@ -24,10 +24,10 @@ import pytest
 
 from processor.broker.launcher import free_port
 from processor.client.reader import RunReader
-from processor.config import KafkaSettings
 from processor.demo.driver import DemoResult, Driver
-from processor.keyring import load_keyring, signing_keys
-from processor.topics import TopicNames
+from processor.kafka.config import KafkaSettings
+from processor.kafka.topics import TopicNames
+from processor.trust.keyring import load_keyring, signing_keys
 from schemas.messages import RunSnapshot
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,13 +18,13 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from processor.client import RunstateClient, approval_payload
-from processor.config import KafkaSettings
 from processor.engine.continuation import UNDONE, relay_id
-from processor.keyring import generate_keyring, load_keyring
+from processor.history.resume import continuation_payload
+from processor.kafka.config import KafkaSettings
+from processor.kafka.readback import read_partitions
+from processor.kafka.topics import TopicNames, create_topics, plan_topics
 from processor.machines import builtin_machines
-from processor.readback import read_partitions
-from processor.resume import continuation_payload
-from processor.topics import TopicNames, create_topics, plan_topics
+from processor.trust.keyring import generate_keyring, load_keyring
 from schemas.codes import RejectionCode
 from schemas.messages import Rejection, RunSnapshot, Transition
 from tests.integration.harness import Env, WorkerProcess, published, runstate

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from processor.topics import TopicNames
+from processor.kafka.topics import TopicNames
 from schemas.codes import RejectionCode
 from schemas.messages import Alert, Heartbeat, Rejection, Transition
 from tests.integration.harness import Env, WorkerProcess, make_env, published
@@ -262,8 +262,8 @@ def test_deadline_moves_with_its_partition(env: Env, runtime: str, kind: str) ->
 
 
 def _alerts(env: Env) -> list[Alert]:
-    from processor.config import KafkaSettings
-    from processor.readback import read_topics
+    from processor.kafka.config import KafkaSettings
+    from processor.kafka.readback import read_topics
 
     return [
         Alert.model_validate_json(m.value())

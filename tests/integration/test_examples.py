@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from processor.keyring import dump_signing_key
-from processor.topics import TopicNames
+from processor.kafka.topics import TopicNames
+from processor.trust.keyring import dump_signing_key
 from tests.integration.harness import ROOT, Env, WorkerProcess, make_env
 
 pytestmark = pytest.mark.integration

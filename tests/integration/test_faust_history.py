@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from processor.faust_runtime.table import proposal_key
-from processor.partitioning import partition_for
-from processor.topics import TopicNames
+from processor.kafka.partitioning import partition_for
+from processor.kafka.topics import TopicNames
+from processor.runtimes.faust.table import proposal_key
 from schemas.messages import Transition
 from tests.integration.harness import Env, WorkerProcess, make_env, published
 

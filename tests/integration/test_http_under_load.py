@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from processor.topics import TopicNames
+from processor.kafka.topics import TopicNames
 from tests.integration.harness import (
     Env,
     WorkerProcess,

@@ -14,10 +14,10 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
-from processor.config import KafkaSettings
 from processor.demo.driver import Driver
-from processor.keyring import signing_keys
-from processor.topics import TopicNames
+from processor.kafka.config import KafkaSettings
+from processor.kafka.topics import TopicNames
+from processor.trust.keyring import signing_keys
 from tests.integration.harness import Env, WorkerProcess, make_env
 
 

@@ -13,9 +13,9 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from processor.client import Outcome
-from processor.config import KafkaSettings
-from processor.partitioning import partition_for
-from processor.topics import TopicNames, create_topics, plan_topics
+from processor.kafka.config import KafkaSettings
+from processor.kafka.partitioning import partition_for
+from processor.kafka.topics import TopicNames, create_topics, plan_topics
 from schemas.codes import RejectionCode
 from schemas.messages import Heartbeat, Proposal, Rejection, Transition
 from tests.integration.harness import Env, WorkerProcess, make_env, published, runstate

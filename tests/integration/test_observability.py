@@ -16,8 +16,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from processor.broker.server import free_ports
-from processor.partitioning import partition_for
-from processor.topics import TopicNames
+from processor.kafka.partitioning import partition_for
+from processor.kafka.topics import TopicNames
 from schemas.messages import Rejection, Transition
 from tests.integration.harness import Env, WorkerProcess, make_env
 
@@ -151,7 +151,7 @@ def test_metrics_count_exactly_what_a_known_scenario_did(env: Env, runtime: str)
         # The unfinished of its three runs are kept decoded; a failed one is not.
         assert 1 <= sample("runstate_snapshot_cache_runs") <= 2
         return
-    assert sample("runstate_checkpoint_records_count") == 12  # one per proposal delivered
+    assert sample("runstate_transaction_records_count") == 12  # one per proposal delivered
 
     again = WorkerProcess(env, env.tmp / "w2", runtime="faust")
     try:

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from processor.config import KafkaSettings
 from processor.engine.parse import parse_machine
+from processor.history.versions import version_key
+from processor.kafka.config import KafkaSettings
+from processor.kafka.readback import read_topics
+from processor.kafka.topics import TopicNames
 from processor.machines import builtin_source
-from processor.readback import read_topics
-from processor.topics import TopicNames
-from processor.versions import version_key
 from schemas.codes import RejectionCode
 from schemas.messages import DeadLetter, Rejection, Transition
 from tests.integration.harness import Env, WorkerProcess, make_env, runstate

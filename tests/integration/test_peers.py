@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from processor.cluster import client_id
-from processor.topics import TopicNames
+from processor.kafka.topics import TopicNames
+from processor.serving.peers import client_id
 from tests.integration.harness import Env, WorkerProcess, make_env
 
 TOKEN = "peers-token-0123456789abcdef"

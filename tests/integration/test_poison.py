@@ -34,10 +34,10 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from processor.client import OutcomeTimeout, RunstateClient, approval_payload
-from processor.config import KafkaSettings
-from processor.partitioning import murmur2, partition_for
-from processor.readback import read_topics
-from processor.topics import TopicNames
+from processor.kafka.config import KafkaSettings
+from processor.kafka.partitioning import murmur2, partition_for
+from processor.kafka.readback import read_topics
+from processor.kafka.topics import TopicNames
 from schemas.codes import RejectionCode
 from schemas.messages import DeadLetter, Proposal, Rejection, RunSnapshot, Transition
 from tests.integration.harness import Env, WorkerProcess, make_env, published

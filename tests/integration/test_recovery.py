@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
-from processor.topics import TopicNames
+from processor.kafka.topics import TopicNames
 from schemas.messages import RunSnapshot, Transition
 from tests.integration.harness import (
     Env,
@@ -42,9 +42,9 @@ def _run_workload(env: Env, runs: int = 300, proposals: int = 3_000) -> None:
 
 def _answers(env: Env) -> dict[bytes, bytes]:
     """The changelog's answer records of live runs (key -> the rejection), the latest per key."""
-    from processor.config import KafkaSettings
-    from processor.outputs import ANSWER_CHANGELOG_PREFIX
-    from processor.readback import read_partitions
+    from processor.kafka.config import KafkaSettings
+    from processor.kafka.readback import read_partitions
+    from processor.records.outputs import ANSWER_CHANGELOG_PREFIX
 
     found: dict[bytes, bytes] = {}
     for records in read_partitions(KafkaSettings(env.bootstrap), env.topics.changelog).values():
@@ -116,8 +116,8 @@ def test_get_at_time_and_offset(env: Env) -> None:
     assert now.state == "done"
     before = runstate(env, "get", "g1", "--at", "2000-01-01T00:00:00Z")
     assert before.returncode == 1 and "no run" in before.stderr
-    from processor.config import KafkaSettings
-    from processor.readback import read_partitions
+    from processor.kafka.config import KafkaSettings
+    from processor.kafka.readback import read_partitions
 
     offsets = [
         r.offset

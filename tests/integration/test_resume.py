@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from processor.client import RunstateClient
-from processor.config import KafkaSettings
+from processor.history.resume import continuation_payload, continuation_problems, resume_view
+from processor.kafka.config import KafkaSettings
+from processor.kafka.topics import TopicNames
 from processor.machines import builtin_machines
-from processor.resume import continuation_payload, continuation_problems, resume_view
-from processor.topics import TopicNames
 from schemas.codes import RejectionCode
 from schemas.messages import Rejection, StepStatus, Transition
 from tests.integration.harness import ROOT, Env, WorkerProcess, make_env

@@ -22,8 +22,8 @@ from processor.client import (
     Transition,
     Unavailable,
 )
-from processor.partitioning import partition_for
-from processor.topics import TopicNames, create_topics, plan_topics
+from processor.kafka.partitioning import partition_for
+from processor.kafka.topics import TopicNames, create_topics, plan_topics
 from tests.integration.harness import Env, WorkerProcess, make_env
 
 M = "task_lifecycle"

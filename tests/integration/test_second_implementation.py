@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, Message, Producer
 
-from processor.config import KafkaSettings
-from processor.keyring import load_keyring
-from processor.readback import read_partitions
-from processor.topics import TopicNames
+from processor.kafka.config import KafkaSettings
+from processor.kafka.readback import read_partitions
+from processor.kafka.topics import TopicNames
+from processor.trust.keyring import load_keyring
 from tests.integration.harness import (
     ROOT,
     Env,

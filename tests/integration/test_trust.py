@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from processor.audit import verify_partition
 from processor.client import RunstateClient
-from processor.config import KafkaSettings
-from processor.keyring import load_keyring, load_signing_key
+from processor.history.audit import verify_partition
+from processor.kafka.config import KafkaSettings
+from processor.kafka.readback import read_partitions
+from processor.kafka.topics import TopicNames
 from processor.machines import builtin_machines
-from processor.readback import read_partitions
-from processor.signatures import Algorithm
-from processor.topics import TopicNames
+from processor.trust.keyring import load_keyring, load_signing_key
+from processor.trust.signatures import Algorithm
 from schemas.codes import RejectionCode
 from schemas.messages import Rejection, Transition
 from tests.integration.harness import ROOT, Env, WorkerProcess, published, runstate

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from processor.keyring import SigningKey
-from processor.topics import TopicNames
+from processor.kafka.topics import TopicNames
+from processor.trust.keyring import SigningKey
 from schemas.codes import RejectionCode
 from schemas.messages import Proposal
 from tests.integration.harness import (
@@ -243,7 +243,7 @@ def test_worker_refuses_topics_that_do_not_fit(
 ) -> None:
     import uuid
 
-    from processor.topics import create_topics, plan_topics
+    from processor.kafka.topics import create_topics, plan_topics
 
     names = TopicNames.with_prefix(f"bad-{uuid.uuid4().hex[:8]}.")
     plans = plan_topics(names, partitions=3, replication=1)

@@ -40,12 +40,12 @@ from processor.engine import Beat, Commit, Forget, Machine, Relay, compile_machi
 from processor.engine.continuation import CONTINUED_BY, GRANTED, REFUSED, RELAY_EVENTS
 from processor.engine.machine import Catalog
 from processor.engine.scope import reaches
-from processor.keyring import Keyring, SigningKey
+from processor.history.resume import continuation_payload
+from processor.kafka.topics import TopicNames
 from processor.machines import builtin_machines
-from processor.pipeline import DeadLetterReason, Outcome, RunsInMemory, decide_record
-from processor.punctuator import Punctuator
-from processor.resume import continuation_payload
-from processor.topics import TopicNames
+from processor.records.pipeline import DeadLetterReason, Outcome, RunsInMemory, decide_record
+from processor.records.punctuator import Punctuator
+from processor.trust.keyring import Keyring, SigningKey
 from schemas import Rejection, RejectionCode
 from schemas.machine import MachineSpec
 from schemas.messages import Proposal, RunSnapshot, StepStatus

@@ -28,8 +28,8 @@ from processor.analytics.parquet import (
     save_offsets,
 )
 from processor.analytics.reader import ReadError, TransitionReader
-from processor.config import KafkaSettings
-from processor.topics import TopicNames
+from processor.kafka.config import KafkaSettings
+from processor.kafka.topics import TopicNames
 from schemas.codes import RejectionCode
 from schemas.messages import Principal, Rejection, Transition
 

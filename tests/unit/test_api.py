@@ -1,4 +1,4 @@
-"""The HTTP API both runtimes serve (processor/api.py), over a node made of plain data:
+"""The HTTP API both runtimes serve (processor/serving/api.py), over a node made of plain data:
 routing, status codes, JSON shapes, messages (no broker, no server)."""
 
 import json
@@ -13,14 +13,14 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from processor import api
-from processor.cluster import Peer, StateStats, origin
 from processor.engine import Machine
-from processor.http_auth import HttpTokens
+from processor.kafka.partitioning import partition_for
 from processor.machines import builtin_machines
-from processor.partitioning import partition_for
-from processor.read_fence import ReadFence
-from processor.runtime import http
+from processor.runtimes.native import http
+from processor.serving import api
+from processor.serving.peers import Peer, StateStats, origin
+from processor.serving.read_fence import ReadFence
+from processor.trust.http_auth import HttpTokens
 from schemas.messages import RunSnapshot
 from tests.unit.driver import Driver
 
@@ -99,7 +99,7 @@ class FakeNode:
 
 @contextmanager
 def served_over_http(node: FakeNode) -> Iterator[str]:
-    """The native runtime's adapter (processor/runtime/http.py) over `node`: its URL."""
+    """The native runtime's adapter (processor/runtimes/native/http.py) over `node`: its URL."""
     handler = type("Handler", (http._Handler,), {"node": node})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -9,12 +9,12 @@ from confluent_kafka import Message
 
 from benchmarks.records import RawRecord
 from benchmarks.workload import lives
-from processor.intake import Verified, authenticate
-from processor.keyring import Keyring, generate_keyring, generate_keys
 from processor.machines import builtin_machines
-from processor.pipeline import Outcome, RunsInMemory, decide_record
-from processor.runtime.verifier import MIN_BATCH, BatchVerifier
-from processor.signatures import HEADER_KEY_ID, HEADER_SIGNATURE, HEADER_SIGNED_AT, Algorithm
+from processor.records.intake import Verified, authenticate
+from processor.records.pipeline import Outcome, RunsInMemory, decide_record
+from processor.runtimes.native.verifier import MIN_BATCH, BatchVerifier
+from processor.trust.keyring import Keyring, generate_keyring, generate_keys
+from processor.trust.signatures import HEADER_KEY_ID, HEADER_SIGNATURE, HEADER_SIGNED_AT, Algorithm
 
 TOPIC = "t.proposals"
 NOW_MS = 1_800_000_000_000
@@ -129,7 +129,7 @@ def test_a_failure_beforehand_leaves_the_signatures_to_the_loop(
     def broken(public_key: str, base: bytes, signature: str) -> bool:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr("processor.runtime.verifier.verify_ed25519", broken)
+    monkeypatch.setattr("processor.runtimes.native.verifier.verify_ed25519", broken)
     verifier = BatchVerifier()
     try:
         assert verifier.verify(TOPIC, _messages(records), keyring) == {}

@@ -17,22 +17,24 @@ def _frame(func: str, path: str, line: int = 1) -> tuple[str, str, int]:
 
 
 LOOP = (
-    _frame("Worker.run", "/r/processor/runtime/worker.py"),
-    _frame("Worker._step", "/r/processor/runtime/worker.py"),
+    _frame("Worker.run", "/r/processor/runtimes/native/worker.py"),
+    _frame("Worker._step", "/r/processor/runtimes/native/worker.py"),
 )
 
 
 def test_a_sample_goes_to_the_innermost_frame_a_rule_knows() -> None:
-    decide = (*LOOP, _frame("decide_record", "/r/processor/pipeline.py"))
+    decide = (*LOOP, _frame("decide_record", "/r/processor/records/pipeline.py"))
     # An intake helper no rule names goes to its caller's stage.
-    assert classify((*decide, _frame("header_value", "/r/processor/intake.py"))) == "decide"
-    assert classify((*decide, _frame("decode_proposal", "/r/processor/intake.py"))) == "decode"
+    assert classify((*decide, _frame("header_value", "/r/processor/records/intake.py"))) == "decide"
+    assert (
+        classify((*decide, _frame("decode_proposal", "/r/processor/records/intake.py"))) == "decode"
+    )
     assert (
         classify(
             (
                 *decide,
-                _frame("authenticate", "/r/processor/intake.py"),
-                _frame("_header", "/r/processor/intake.py"),  # a helper: its caller says
+                _frame("authenticate", "/r/processor/records/intake.py"),
+                _frame("_header", "/r/processor/records/intake.py"),  # a helper: its caller says
             )
         )
         == "authenticate"
@@ -41,24 +43,49 @@ def test_a_sample_goes_to_the_innermost_frame_a_rule_knows() -> None:
     assert classify(sealed) == "decide"
     assert classify((*sealed, _frame("transition_hash", "/r/schemas/audit.py"))) == "hash"
     assert classify((*sealed, _frame("dumps", "/v/site-packages/rfc8785/_impl.py"))) == "hash"
-    lookup = (*decide, _frame("PartitionTransaction.snapshot", "/r/processor/runtime/store.py"))
-    assert classify(lookup) == "stage"
-    commit = (*LOOP, _frame("Checkpoint.commit", "/r/processor/runtime/checkpoint.py"))
-    assert classify((*commit, _frame("PartitionStore.write", "/r/x/runtime/store.py"))) == (
-        "store flush"
+    lookup = (
+        *decide,
+        _frame("PartitionTransaction.snapshot", "/r/processor/runtimes/native/store.py"),
     )
+    assert classify(lookup) == "stage"
+    commit = (*LOOP, _frame("Transaction.commit", "/r/processor/runtimes/native/transaction.py"))
+    assert classify(
+        (*commit, _frame("PartitionStore.write", "/r/processor/runtimes/native/store.py"))
+    ) == ("store flush")
     observed = (*commit, _frame("Histogram.observe", "/v/site-packages/prometheus_client/m.py"))
     assert classify(observed) == "metrics"
     logged = (*commit, _frame("Logger.info", "/usr/lib/python3.11/logging/__init__.py"))
     assert classify(logged) == "logs"
     waiting = (
         *commit,
-        _frame("TransactionalProducer.commit", "/r/processor/runtime/producer.py"),
-        _frame("bounded", "/r/processor/runtime/producer.py"),
+        _frame("TransactionalProducer.commit", "/r/processor/runtimes/native/producer.py"),
+        _frame("bounded", "/r/processor/runtimes/native/producer.py"),
         _frame("Event.wait", "/usr/lib/python3.11/threading.py"),
     )
     assert classify(waiting) == "commit"
     assert classify(()) == "other"
+
+
+def test_the_baseline_commits_flat_layout_is_classified_alike() -> None:
+    """The "before" profile is of a commit whose processor/ had no folders by job."""
+    flat = (
+        _frame("Worker._step", "/r/processor/runtime/worker.py"),
+        _frame("Checkpoint.commit", "/r/processor/runtime/checkpoint.py"),
+    )
+    assert classify((*flat, _frame("PartitionStore.write", "/r/processor/runtime/store.py"))) == (
+        "store flush"
+    )
+    assert classify(flat) == "commit"
+    for module, stage in (
+        ("intake", "decode"),
+        ("outputs", "encode"),
+        ("punctuator", "timers"),
+        ("logs", "logs"),
+        ("metrics", "metrics"),
+        ("signatures", "authenticate"),
+    ):
+        frame = _frame("decode_proposal", f"/r/processor/{module}.py")
+        assert classify((_frame("Worker._step", "/r/processor/runtime/worker.py"), frame)) == stage
 
 
 def test_a_c_call_is_known_by_the_line_calling_it(tmp_path: Path) -> None:
@@ -78,10 +105,10 @@ def test_a_c_call_is_known_by_the_line_calling_it(tmp_path: Path) -> None:
 
 def test_only_the_named_thread_is_read_from_pyspy_raw_output() -> None:
     raw = (
-        "thread (7364): MainThread;run (/r/processor/runtime/worker.py:10);"
-        "decode_proposal (/r/processor/intake.py:20) 30\n"
+        "thread (7364): MainThread;run (/r/processor/runtimes/native/worker.py:10);"
+        "decode_proposal (/r/processor/records/intake.py:20) 30\n"
         "thread (7406): runstate-http;serve_forever (socketserver.py:1) 99\n"
-        "thread (7364): MainThread;run (/r/processor/runtime/worker.py:10) 10\n"
+        "thread (7364): MainThread;run (/r/processor/runtimes/native/worker.py:10) 10\n"
         "garbage line\n"
     )
     stacks = parse_raw(raw)
@@ -142,8 +169,8 @@ def test_answered_over_offered_is_the_contenders_rate_when_it_falls_behind() -> 
 def test_the_path_benchmark_decides_as_the_worker_does() -> None:
     from benchmarks.path import STAGES, path_round, peer_round
     from benchmarks.workload import for_topic, lives
-    from processor.keyring import generate_keyring
-    from processor.topics import TopicNames
+    from processor.kafka.topics import TopicNames
+    from processor.trust.keyring import generate_keyring
 
     keyring = generate_keyring().model_copy(update={"signature_max_age_ms": 10**15})
     topics = TopicNames.with_prefix("path.")

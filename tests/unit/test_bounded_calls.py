@@ -16,14 +16,14 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from processor.cli import worker as worker_cli
-from processor.config import KafkaSettings, WorkerConfig
-from processor.errors import ClientBroken, ClientHung
-from processor.keyring import generate_keyring
+from processor.kafka.config import KafkaSettings, WorkerConfig
+from processor.kafka.topics import TopicNames
 from processor.machines import builtin_machines
-from processor.runtime import producer
-from processor.runtime.producer import abort_transaction, bounded
-from processor.runtime.worker import Worker
-from processor.topics import TopicNames
+from processor.runtimes.errors import ClientBroken, ClientHung
+from processor.runtimes.native import producer
+from processor.runtimes.native.producer import abort_transaction, bounded
+from processor.runtimes.native.worker import Worker
+from processor.trust.keyring import generate_keyring
 
 
 def _offline_config(state_dir: Path) -> WorkerConfig:
@@ -188,8 +188,8 @@ class _RestoreJob:
 
 
 def _worker_owning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Worker:
-    from processor.runtime import worker as worker_module
-    from processor.runtime.store import PartitionStore
+    from processor.runtimes.native import worker as worker_module
+    from processor.runtimes.native.store import PartitionStore
 
     monkeypatch.setattr(worker_module, "RestoreJob", _RestoreJob)
     _RestoreJob.made = []
@@ -198,19 +198,19 @@ def _worker_owning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Worker:
     worker.producer = _NewProducer()  # type: ignore[assignment]
     worker._new_producer = _NewProducer  # type: ignore[assignment,method-assign]
     worker.stores.add({p: PartitionStore(tmp_path / f"p{p}") for p in (0, 2)})
-    worker.checkpoint = worker._new_checkpoint()
+    worker.transaction = worker._new_transaction()
     return worker
 
 
 def test_a_hung_producer_is_replaced_and_the_stores_catch_up(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Nobody knows whether the hung transaction committed: both checkpoints go unapplied,
+    """Nobody knows whether the hung transaction committed: both transactions go unapplied,
     the old producer stays referenced (its destructor would block), and every owned
     store catches up from the changelog with its partition paused meanwhile."""
     worker = _worker_owning(tmp_path, monkeypatch)
-    old, checkpoint = worker.producer, worker.checkpoint
-    worker.committing = checkpoint
+    old, transaction = worker.producer, worker.transaction
+    worker.committing = transaction
     worker._fenced = worker.read_fence.open()  # its commit, which reads wait for
     worker._stale_coordinator = True
     returned = threading.Event()
@@ -220,9 +220,9 @@ def test_a_hung_producer_is_replaced_and_the_stores_catch_up(
     assert worker.read_fence.wait(0.0), "reads would wait for a commit nobody finishes"
     assert worker.producer is not old
     assert old.retired_after == [returned]  # type: ignore[union-attr]
-    assert worker.committing is None and worker.checkpoint is not checkpoint
-    assert worker.checkpoint is not None and not worker.checkpoint.open
-    assert worker.checkpoint.producer is worker.producer
+    assert worker.committing is None and worker.transaction is not transaction
+    assert worker.transaction is not None and not worker.transaction.open
+    assert worker.transaction.producer is worker.producer
     assert sorted(_RestoreJob.made[0]) == [0, 2] and worker.stores.owned() == []
     assert sorted(worker.consumer.paused) == [0, 2]  # type: ignore[union-attr]
     assert not worker._stale_coordinator and worker.stats.aborts == 1
@@ -237,15 +237,15 @@ def test_a_fresh_producer_waits_for_a_moment_between_transactions(
     open transaction; the old one is closed (it holds none) off the loop's thread."""
     worker = _worker_owning(tmp_path, monkeypatch)
     old = worker.producer
-    assert worker.checkpoint is not None
-    worker.checkpoint._produced = True  # a transaction is open
+    assert worker.transaction is not None
+    worker.transaction._produced = True  # a transaction is open
     worker._stale_coordinator = True
     worker._fresh_producer()
     assert worker.producer is old and worker._stale_coordinator
-    worker.checkpoint = worker._new_checkpoint()
+    worker.transaction = worker._new_transaction()
     worker._fresh_producer()
     assert worker.producer is not old and not worker._stale_coordinator
-    assert worker.checkpoint.producer is worker.producer
+    assert worker.transaction.producer is worker.producer
     assert old.closed.wait(5)  # type: ignore[union-attr]
     worker.stores.close()
 
@@ -331,7 +331,7 @@ def test_a_rewind_waits_out_a_moving_group_coordinator(
     """Found by the fault harness (the group coordinator killed): reading the committed
     offsets after an abort failed NOT_COORDINATOR, and the exception took the worker
     down. Now the rewind asks again until the coordinator answers."""
-    from processor.runtime import worker as worker_module
+    from processor.runtimes.native import worker as worker_module
 
     monkeypatch.setattr(worker_module.time, "sleep", lambda _: None)
     worker = _worker_owning(tmp_path, monkeypatch)
@@ -350,7 +350,7 @@ def test_a_rewind_that_cannot_be_made_is_a_broken_client_and_no_partition_resume
     up). The restore that was finishing is no longer listed, so when the partitions
     then go, their stores close once (a job left listed closed them twice, and
     `DB instance already closed` took the worker down under a paused broker)."""
-    from processor.runtime import worker as worker_module
+    from processor.runtimes.native import worker as worker_module
 
     monkeypatch.setattr(worker_module, "REWIND_PATIENCE_S", 0.0)
     worker = _worker_owning(tmp_path, monkeypatch)

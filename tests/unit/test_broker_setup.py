@@ -15,8 +15,8 @@ from processor.broker.jars import (
     find_maven,
     resource,
 )
-from processor.config import KafkaSettings, client_config_from_env, parse_settings
-from processor.topics import TopicNames, plan_topics
+from processor.kafka.config import KafkaSettings, client_config_from_env, parse_settings
+from processor.kafka.topics import TopicNames, plan_topics
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,10 +41,10 @@ def test_compose_runs_topic_setup_before_the_worker() -> None:
     assert services["worker"]["depends_on"]["topics"]["condition"] == (
         "service_completed_successfully"
     )
-    probe = ["CMD", "python3", "-m", "processor.runtime.probe", "readyz"]
+    probe = ["CMD", "python3", "-m", "processor.runtimes.native.probe", "readyz"]
     assert services["worker"]["healthcheck"]["test"] == probe
     assert (
-        'CMD ["python3", "-m", "processor.runtime.probe", "readyz"]'
+        'CMD ["python3", "-m", "processor.runtimes.native.probe", "readyz"]'
         in (ROOT / "Dockerfile").read_text()
     )
 
@@ -88,7 +88,7 @@ def test_the_health_probe_answers_from_the_worker_api() -> None:
     import threading
     from http.server import BaseHTTPRequestHandler, HTTPServer
 
-    from processor.runtime.probe import main, probe
+    from processor.runtimes.native.probe import main, probe
 
     class Ready(BaseHTTPRequestHandler):
         def do_GET(self) -> None:

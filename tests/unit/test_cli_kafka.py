@@ -9,8 +9,8 @@ from click.testing import CliRunner
 
 from processor.cli.main import cli
 from processor.cli.options import KafkaContext, pass_kafka
-from processor.config import DEFAULT_BOOTSTRAP, KafkaSettings
-from processor.topics import TopicNames
+from processor.kafka.config import DEFAULT_BOOTSTRAP, KafkaSettings
+from processor.kafka.topics import TopicNames
 
 # Each command that talks to Kafka, with the arguments it needs.
 KAFKA_COMMANDS = [

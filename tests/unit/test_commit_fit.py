@@ -11,15 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processor.engine import Commit
-from processor.outputs import (
+from processor.kafka.topics import TopicNames
+from processor.records.outputs import (
     CommitLimits,
     OutputRecord,
     RecordLimits,
     commit_records,
     record_bytes,
 )
-from processor.pipeline import fit_commit
-from processor.topics import TopicNames
+from processor.records.pipeline import fit_commit
 from schemas.codes import RejectionCode
 from schemas.messages import Principal, Rejection, RunSnapshot, Timer, Transition
 

@@ -3,15 +3,15 @@ runs (the ask, the answer), delivered by the workers with their own key."""
 
 import pytest
 
-from processor.audit import Record, verify_continuations
 from processor.engine import Commit, Relay, decide
 from processor.engine.continuation import CONTINUED_BY, GRANTED, relay_id
 from processor.engine.scope import Scope
-from processor.keyring import Keyring
-from processor.punctuator import Punctuator, timer_key
-from processor.replay import apply_transitions
-from processor.resume import continuation_payload
-from processor.topics import TopicNames
+from processor.history.audit import Record, verify_continuations
+from processor.history.replay import apply_transitions
+from processor.history.resume import continuation_payload
+from processor.kafka.topics import TopicNames
+from processor.records.punctuator import Punctuator, timer_key
+from processor.trust.keyring import Keyring
 from schemas import Proposal, Rejection, RejectionCode
 from tests.unit.driver import APPROVER, PROCESSOR, RUNTIME, TOOL, WORKER, Driver
 

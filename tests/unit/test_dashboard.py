@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 from processor.machines import builtin_machines
-from processor.metrics import WorkerMetrics
+from processor.observe.metrics import WorkerMetrics
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 NAME = re.compile(r"\brunstate_[a-z_]+")

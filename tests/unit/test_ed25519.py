@@ -1,4 +1,4 @@
-"""The strict Ed25519 rule (processor/ed25519.py): keys of small or mixed order, not
+"""The strict Ed25519 rule (processor/trust/ed25519.py): keys of small or mixed order, not
 canonical or off the curve never load into a keyring and verify nothing; signatures with
 S >= L or a small-order R never verify; the rule agrees with libsodium's
 crypto_sign_verify_detached wherever the key is one a keyring holds.
@@ -24,9 +24,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processor.cli.main import cli
-from processor.ed25519 import SMALL_ORDER_Y, public_key_problem, signature_problem
-from processor.intake import Credential, authenticate
-from processor.keyring import (
+from processor.records.intake import Credential, authenticate
+from processor.trust.ed25519 import SMALL_ORDER_Y, public_key_problem, signature_problem
+from processor.trust.keyring import (
     KeyEntry,
     Keyring,
     KeyringError,
@@ -35,7 +35,12 @@ from processor.keyring import (
     load_keyring,
     parse_keyring,
 )
-from processor.signatures import Algorithm, ed25519_public_key, ed25519_signature, verify_ed25519
+from processor.trust.signatures import (
+    Algorithm,
+    ed25519_public_key,
+    ed25519_signature,
+    verify_ed25519,
+)
 from tests import ed25519_ref as ref
 from tests.vectors import VECTORS
 
@@ -360,6 +365,6 @@ def test_a_worker_does_not_take_a_keyring_file_changed_to_hold_a_refused_key(
     bad = TORSION[0][0].hex()
     ring.write_text(_keyring_text(bad, key_id="evil-key-9"), encoding="utf-8")
     os.utime(ring, ns=(time.time_ns(), time.time_ns() + 10**9))
-    with caplog.at_level(logging.ERROR, logger="processor.keyring"):
+    with caplog.at_level(logging.ERROR, logger="processor.trust.keyring"):
         assert set(watch.current().keys) == {"good"}
     assert "key id 'evil-key-9'" in caplog.text

@@ -1,6 +1,6 @@
 """The Faust runtime's history: a run's transitions read back from its topic partition."""
 
-from processor.faust_runtime.history import run_history
+from processor.runtimes.faust.history import run_history
 from tests.unit.driver import Driver
 
 

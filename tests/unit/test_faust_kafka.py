@@ -11,8 +11,8 @@ from faust.auth import GSSAPICredentials, SASLCredentials, SSLCredentials
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 from faust.types.auth import AuthProtocol, SASLMechanism
 
-from processor.errors import WorkerError
-from processor.faust_runtime.kafka import SUPPORTED, faust_kafka_settings
+from processor.runtimes.errors import WorkerError
+from processor.runtimes.faust.kafka import SUPPORTED, faust_kafka_settings
 
 
 def test_plaintext_by_default_and_client_settings_converted() -> None:

@@ -1,6 +1,6 @@
 """The Faust runtime's own bookkeeping of proposal positions (no broker, no Faust)."""
 
-from processor.faust_runtime.positions import RESEEK_AFTER, Positions, Verdict
+from processor.runtimes.faust.positions import RESEEK_AFTER, Positions, Verdict
 
 
 def started_at(offset: int) -> Positions:

@@ -3,11 +3,11 @@
 
 import pytest
 
-from processor.faust_runtime.timers import DueIndex, TableTimers, fired_key
-from processor.keyring import SigningKey
-from processor.outputs import FIRED_CHANGELOG_PREFIX
-from processor.punctuator import Fired, Punctuator
-from processor.topics import TopicNames
+from processor.kafka.topics import TopicNames
+from processor.records.outputs import FIRED_CHANGELOG_PREFIX
+from processor.records.punctuator import Fired, Punctuator
+from processor.runtimes.faust.timers import DueIndex, TableTimers, fired_key
+from processor.trust.keyring import SigningKey
 from schemas.messages import RunSnapshot, Timer
 
 

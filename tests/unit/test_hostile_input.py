@@ -5,9 +5,9 @@ pure pipeline, no broker)."""
 from collections import Counter
 
 from processor.engine import Commit
-from processor.keyring import generate_keyring
 from processor.machines import builtin_machines
-from processor.pipeline import DeadLetterReason, decide_record
+from processor.records.pipeline import DeadLetterReason, decide_record
+from processor.trust.keyring import generate_keyring
 from schemas.messages import Rejection
 from tests.faults.hostile import COMMIT, DLQ, WELL_FORMED, RawRecord, hostile_records
 

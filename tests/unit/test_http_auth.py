@@ -1,5 +1,5 @@
-"""The HTTP API's tokens (processor/http_auth.py) as both runtimes apply them through
-processor/api.py: who is answered, the 401's headers and words, a tokens file rotated
+"""The HTTP API's tokens (processor/trust/http_auth.py) as both runtimes apply them through
+processor/serving/api.py: who is answered, the 401's headers and words, a tokens file rotated
 under a running worker, and the bind rule a worker starts by (no broker)."""
 
 import base64
@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from processor import api
 from processor.cli.main import cli
 from processor.client import RunReader
-from processor.http_auth import (
+from processor.runtimes.native import probe
+from processor.serving import api
+from processor.trust.http_auth import (
     HttpTokens,
     TokenError,
     bind_refusal,
@@ -26,7 +27,6 @@ from processor.http_auth import (
     parse_token_file,
     presented_token,
 )
-from processor.runtime import probe
 from tests.unit.test_api import FakeNode, get, owned_run, served_over_http
 
 TOKEN = "tok-current-0123456789"

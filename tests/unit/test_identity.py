@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from processor.errors import WorkerError
-from processor.identity import FILE, Identity, reconcile
+from processor.runtimes.errors import WorkerError
+from processor.runtimes.identity import FILE, Identity, reconcile
 
 pytestmark = pytest.mark.unit
 FIRST = Identity("cluster-a", {"t.proposals": "id1", "t.runs-changelog": "id2"}, 6)

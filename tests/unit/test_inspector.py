@@ -2,8 +2,8 @@
 
 import re
 
-from processor.inspector import page
 from processor.machines import builtin_machines
+from processor.serving.inspector import page
 from tests.unit.driver import APPROVER, Driver
 
 

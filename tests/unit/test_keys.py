@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from processor.cli.keys import keys
 from processor.engine import Scope, decide
 from processor.engine.scope import SEPARATORS
-from processor.intake import Credential, Unproven, authenticate
-from processor.keyring import KeyringWatch, load_keyring, load_signing_key
 from processor.machines import builtin_machines
+from processor.records.intake import Credential, Unproven, authenticate
+from processor.trust.keyring import KeyringWatch, load_keyring, load_signing_key
 from schemas import Principal, Proposal, Rejection, RejectionCode
 from schemas.messages import Transition
 

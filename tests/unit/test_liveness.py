@@ -2,13 +2,13 @@
 
 import pytest
 
-from processor.audit import Record, verify_partition
 from processor.engine import Beat, Commit, decide
 from processor.engine.answers import Answer
-from processor.keyring import generate_keyring, signing_key_from
+from processor.history.audit import Record, verify_partition
+from processor.history.replay import apply_heartbeats, apply_transitions
 from processor.machines import builtin_machines
-from processor.pipeline import RunsInMemory, decide_record
-from processor.replay import apply_heartbeats, apply_transitions
+from processor.records.pipeline import RunsInMemory, decide_record
+from processor.trust.keyring import generate_keyring, signing_key_from
 from schemas import Proposal
 from schemas.codes import RejectionCode
 from tests.unit.driver import MODEL, TOOL, Driver

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from processor.runtime.store import PartitionStore
-from processor.signatures import hmac_signature
+from processor.runtimes.native.store import PartitionStore
+from processor.trust.signatures import hmac_signature
 
 CALLS = 2_000
 #: A call that keeps the GIL takes a few microseconds (4 ms in all, with room here for a

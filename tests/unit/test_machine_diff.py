@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from processor.cli.main import cli
-from processor.machine_diff import BREAKING, COMPATIBLE, diff
+from processor.history.machine_diff import BREAKING, COMPATIBLE, diff
 from processor.machines import BUILTIN_NAMES, builtin_machines, builtin_source
 from schemas.machine import MachineSpec
 

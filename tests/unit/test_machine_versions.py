@@ -12,8 +12,8 @@ from processor.engine import Commit
 from processor.engine.machine import Catalog, Machine, version_of
 from processor.engine.parse import parse_machine
 from processor.engine.scope import Scope
+from processor.history.replay import apply_transitions
 from processor.machines import builtin_history, builtin_machines, builtin_source, load_catalog
-from processor.replay import apply_transitions
 from schemas.codes import RejectionCode
 from schemas.messages import Rejection
 from tests.unit.driver import APPROVER, OPERATOR, TOOL, Driver

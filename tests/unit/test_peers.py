@@ -18,11 +18,11 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from processor import cluster
 from processor.cli.options import option
 from processor.cli.worker import PeerUrl
-from processor.cluster import Peer, origin
-from processor.http_auth import HttpTokens
+from processor.serving import peers
+from processor.serving.peers import Peer, origin
+from processor.trust.http_auth import HttpTokens
 from tests.unit.test_api import FakeNode, get
 
 pytestmark = pytest.mark.unit
@@ -140,13 +140,13 @@ def test_no_request_and_no_token_reach_an_address_not_configured(
     good_origin = origin(good.url)
     advertised = data.draw(hostile_urls(_port(good.url), _port(evil.url)), "advertised")
     targets: list[str] = []
-    real_ask = cluster.ask
+    real_ask = peers.ask
 
     def spying(url: str, *args: Any, **kwargs: Any) -> Any:
         targets.append(url)
         return real_ask(url, *args, **kwargs)
 
-    monkeypatch.setattr(cluster, "ask", spying)
+    monkeypatch.setattr(peers, "ask", spying)
     good.seen.clear()
     evil.seen.clear()
     node = FakeNode(
@@ -160,7 +160,7 @@ def test_no_request_and_no_token_reach_an_address_not_configured(
     assert evil.seen == []
     assert set(targets) <= {good_origin}  # nothing but the configured URL is asked
     if targets:  # the advertised URL is the configured origin, spelled another way
-        assert cluster.configured_peer(advertised, (good_origin,)) == good_origin
+        assert peers.configured_peer(advertised, (good_origin,)) == good_origin
         assert good.seen == [("/stats?local=1", f"Bearer {TOKEN}")]
         assert body["missing_partitions"] == [2]
     else:
@@ -234,7 +234,7 @@ def test_the_inspector_redirects_a_browser_to_configured_peers_only(advertised: 
     if status == 307:
         location = dict(answer.headers)["Location"]
         assert location == "http://127.0.0.1:8080/inspect?run=r1"
-        assert cluster.configured_peer(advertised, node.configured_peers) is not None
+        assert peers.configured_peer(advertised, node.configured_peers) is not None
     else:
         assert status == 503
 

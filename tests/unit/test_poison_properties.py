@@ -26,10 +26,11 @@ from hypothesis import strategies as st
 from processor.engine import Beat, Commit, Forget
 from processor.engine.answers import committed_digest
 from processor.engine.parse import parse_machine
-from processor.intake import Headers
-from processor.keyring import SigningKey, generate_keyring, signing_key_from
+from processor.kafka.partitioning import partition_for
+from processor.kafka.topics import TopicNames
 from processor.machines import builtin_machines, builtin_source
-from processor.outputs import (
+from processor.records.intake import Headers
+from processor.records.outputs import (
     FIRED_CHANGELOG_PREFIX,
     MAX_OUTPUT_KEY_BYTES,
     OutputRecord,
@@ -39,8 +40,7 @@ from processor.outputs import (
     history_changelog_key,
     outcome_records,
 )
-from processor.partitioning import partition_for
-from processor.pipeline import (
+from processor.records.pipeline import (
     Admitted,
     DeadLetterReason,
     Outcome,
@@ -50,17 +50,17 @@ from processor.pipeline import (
     decide_admitted,
     decide_record,
 )
-from processor.punctuator import NOT_FIRED, Fired
-from processor.runtime.restore import index_header
-from processor.runtime.store import (
+from processor.records.punctuator import NOT_FIRED, Fired
+from processor.runtimes.native.restore import index_header
+from processor.runtimes.native.store import (
     ChangelogRecord,
     InState,
     PartitionStore,
     PartitionTransaction,
     PreparedWrite,
 )
-from processor.signatures import HEADER_KEY_ID, HEADER_SIGNATURE, HEADER_SIGNED_AT
-from processor.topics import TopicNames
+from processor.trust.keyring import SigningKey, generate_keyring, signing_key_from
+from processor.trust.signatures import HEADER_KEY_ID, HEADER_SIGNATURE, HEADER_SIGNED_AT
 from schemas.audit import transition_hash
 from schemas.codes import RejectionCode
 from schemas.identifiers import MAX_RUN_ID_BYTES, is_name, is_proposal_id, is_run_id

@@ -4,7 +4,7 @@ deadline proposal ids fit whatever the run id."""
 
 from confluent_kafka import KafkaError
 
-from processor.runtime.poison import Quarantine, is_record_error
+from processor.runtimes.native.poison import Quarantine, is_record_error
 
 
 def test_only_record_errors_count() -> None:

@@ -1,7 +1,7 @@
 """Read your writes: a worker applies a committed transition to its state a moment after
 the transaction that carried it, so a client shown transition N may ask before the
 worker has it. `RunReader` asks for at least the revision it saw (`min_revision`) and the
-API waits for it (processor/api.py `_caught_up`): over generated histories of commits,
+API waits for it (processor/serving/api.py `_caught_up`): over generated histories of commits,
 forgotten and re-created runs, and a worker that lags by a random number of reads, no
 read is older than what the reader was shown."""
 
@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from processor import api
 from processor.client import RunReader
-from processor.read_fence import ReadFence
-from processor.runtime.snapshot_cache import SnapshotCache
+from processor.runtimes.native.snapshot_cache import SnapshotCache
+from processor.serving import api
+from processor.serving.read_fence import ReadFence
 from schemas.messages import RunSnapshot, Transition
 from tests.unit.driver import Driver
 from tests.unit.test_api import FakeNode, M, get, served_over_http

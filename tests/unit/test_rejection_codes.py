@@ -6,7 +6,9 @@ import zlib
 import pytest
 
 from processor.engine import Commit, decide
-from processor.intake import (
+from processor.kafka.partitioning import partition_for
+from processor.machines import builtin_machines
+from processor.records.intake import (
     Credential,
     Undecodable,
     Unproven,
@@ -14,10 +16,8 @@ from processor.intake import (
     decode_proposal,
     reject_unproven,
 )
-from processor.keyring import Keyring, SigningKey
-from processor.machines import builtin_machines
-from processor.partitioning import partition_for
-from processor.pipeline import DeadLetterReason, Placement, decide_record
+from processor.records.pipeline import DeadLetterReason, Placement, decide_record
+from processor.trust.keyring import Keyring, SigningKey
 from schemas import Principal, Proposal, Rejection, RejectionCode, RunSnapshot
 from tests.unit.driver import APPROVER, MODEL, OPERATOR, RUNTIME, TOOL, Driver
 

@@ -4,17 +4,17 @@ from typing import Any
 
 import pytest
 
-from processor.audit import Record, verify_partition, verify_runs_across_partitions
 from processor.engine import Commit, Forget
 from processor.engine.machine import Catalog
 from processor.engine.parse import parse_machine
-from processor.intake import Headers
-from processor.keyring import Keyring, generate_keyring, signing_key_from
+from processor.history.audit import Record, verify_partition, verify_runs_across_partitions
+from processor.history.replay import apply_transitions
+from processor.kafka.topics import TopicNames
 from processor.machines import builtin_machines, builtin_source
-from processor.pipeline import RunsInMemory, decide_record
-from processor.punctuator import Punctuator
-from processor.replay import apply_transitions
-from processor.topics import TopicNames
+from processor.records.intake import Headers
+from processor.records.pipeline import RunsInMemory, decide_record
+from processor.records.punctuator import Punctuator
+from processor.trust.keyring import Keyring, generate_keyring, signing_key_from
 from schemas import Proposal, Transition
 from schemas.audit import transition_hash
 from tests.unit.driver import APPROVER, Driver
@@ -234,7 +234,7 @@ def test_verify_follows_a_run_forgotten_and_created_again() -> None:
 def test_verify_sets_aside_a_proposal_it_cannot_decide(monkeypatch: pytest.MonkeyPatch) -> None:
     """As the workers do (the DLQ, with the reason): a proposal whose deciding raises (a
     bug; for example metadata {"timer": []}) does not abort verify; the rest is checked."""
-    import processor.audit as audit
+    import processor.history.audit as audit
 
     keyring, proposals, transitions = _records()
     real = audit.decide_record

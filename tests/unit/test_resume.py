@@ -1,16 +1,16 @@
 """Checkpoints, the resume view and continuation: the engine records a run's
-checkpoint data and a continuation's carried steps; `processor.resume` builds what a
+checkpoint data and a continuation's carried steps; `processor.history.resume` builds what a
 restarted agent reads."""
 
 from typing import Any
 
 import pytest
 
-from processor.audit import Record, verify_continuations
 from processor.engine import Beat, Commit
+from processor.history.audit import Record, verify_continuations
+from processor.history.replay import apply_transitions
+from processor.history.resume import continuation_payload, continuation_problems, resume_view
 from processor.machines import builtin_machines
-from processor.replay import apply_transitions
-from processor.resume import continuation_payload, continuation_problems, resume_view
 from schemas import RejectionCode, RunSnapshot, StepStatus
 from tests.unit.driver import APPROVER, MODEL, PROCESSOR, RUNTIME, TOOL, WORKER, Driver
 

@@ -7,9 +7,9 @@ import pytest
 
 from processor.engine import Commit, Forget
 from processor.engine.parse import parse_machine
+from processor.history.replay import apply_transitions
 from processor.machines import builtin_machines, builtin_source
-from processor.pipeline import RunsInMemory
-from processor.replay import apply_transitions
+from processor.records.pipeline import RunsInMemory
 from schemas.codes import RejectionCode
 from tests.unit.driver import RUNTIME, TOOL, Driver
 
@@ -100,7 +100,7 @@ def test_a_run_forgotten_and_created_again_in_one_transaction_stays_indexed(
     """Found by the store property: when the run's committed by-state entry equalled
     the new run's, the flush deleted it (forgotten) and did not write it again (unchanged)."""
     from processor.engine import decide
-    from processor.runtime.store import PartitionStore
+    from processor.runtimes.native.store import PartitionStore
     from schemas.messages import Proposal
 
     machines = builtin_machines()

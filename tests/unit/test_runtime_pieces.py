@@ -9,14 +9,20 @@ import pytest
 
 from processor.engine import Commit
 from processor.engine.answers import committed_digest
-from processor.keyring import KeyringError, SigningKey, dump_keyring, generate_keyring, load_keyring
+from processor.kafka.partitioning import murmur2, partition_for
+from processor.kafka.topics import TopicNames
 from processor.machines import builtin_machines
-from processor.outputs import Source, outcome_records
-from processor.partitioning import murmur2, partition_for
-from processor.pipeline import DeadLetterReason, decide_record
-from processor.runtime.heap import IdleTrim, malloc_trim
-from processor.runtime.store import PartitionStore
-from processor.topics import TopicNames
+from processor.records.outputs import Source, outcome_records
+from processor.records.pipeline import DeadLetterReason, decide_record
+from processor.runtimes.native.heap import IdleTrim, malloc_trim
+from processor.runtimes.native.store import PartitionStore
+from processor.trust.keyring import (
+    KeyringError,
+    SigningKey,
+    dump_keyring,
+    generate_keyring,
+    load_keyring,
+)
 from schemas import Proposal, Rejection, RejectionCode
 
 
@@ -222,7 +228,7 @@ def test_by_state_index_pages_longest_in_state_first(tmp_path: Path) -> None:
 
 
 def test_cluster_pages_merge_longest_first_with_a_cursor() -> None:
-    from processor.cluster import merge_runs, merge_stats, parse_cursor
+    from processor.serving.peers import merge_runs, merge_stats, parse_cursor
 
     def run(entered: int, run_id: str) -> dict[str, object]:
         return {"run_id": run_id, "entered_state_at_ms": entered}
@@ -257,8 +263,8 @@ def test_restore_reads_index_fields_from_the_header_as_from_the_record() -> None
     """Restore reads a snapshot's index fields from its changelog record's header (not
     decoding the record), and from the record only when it has no header; both agree,
     whatever a step's free-form result holds."""
-    from processor.outputs import snapshot_index
-    from processor.runtime.store import _index_fields
+    from processor.records.outputs import snapshot_index
+    from processor.runtimes.native.store import _index_fields
     from tests.unit.driver import Driver
 
     run = Driver(run_id="f/1")
@@ -305,9 +311,9 @@ def test_a_restore_gives_memory_back_when_it_ends(
 ) -> None:
     """A restore's consumer prefetches up to 256 MB; its thread trims the heap once it
     is done, failed or not (a worker under steady input is never idle to do it)."""
-    from processor.config import KafkaSettings
-    from processor.runtime import restore as restore_module
-    from processor.topics import TopicNames
+    from processor.kafka.config import KafkaSettings
+    from processor.kafka.topics import TopicNames
+    from processor.runtimes.native import restore as restore_module
 
     calls: list[str] = []
 

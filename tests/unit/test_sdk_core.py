@@ -34,8 +34,8 @@ from processor.client.core import (
     proposal_record,
     raw_proposal_id,
 )
+from processor.kafka.partitioning import partition_for
 from processor.machines import builtin_machines
-from processor.partitioning import partition_for
 from schemas.messages import ApprovalPayload, Principal, Proposal
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -5,9 +5,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processor.intake import Credential, Unproven, authenticate
-from processor.keyring import Keyring, SigningKey
-from processor.signatures import HEADER_SIGNED_AT, ed25519_public_key
+from processor.records.intake import Credential, Unproven, authenticate
+from processor.trust.keyring import Keyring, SigningKey
+from processor.trust.signatures import HEADER_SIGNED_AT, ed25519_public_key
 from schemas.codes import RejectionCode
 
 pytestmark = pytest.mark.unit

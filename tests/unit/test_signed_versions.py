@@ -10,14 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processor.audit import Record, verify_migrations
 from processor.engine.machine import Machine
 from processor.engine.parse import parse_machine
-from processor.intake import TimestampType
-from processor.keyring import Keyring, SigningKey, generate_keys, new_key
+from processor.history.audit import Record, verify_migrations
+from processor.history.versions import check_version, held_versions, sort_versions, version_key
 from processor.machines import builtin_history, builtin_machines, builtin_source, load_catalog
-from processor.signatures import Algorithm
-from processor.versions import check_version, held_versions, sort_versions, version_key
+from processor.records.intake import TimestampType
+from processor.trust.keyring import Keyring, SigningKey, generate_keys, new_key
+from processor.trust.signatures import Algorithm
 from schemas.messages import Principal, Proposal, Transition
 
 pytestmark = pytest.mark.unit

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processor.runtime.snapshot_cache import SnapshotCache
+from processor.runtimes.native.snapshot_cache import SnapshotCache
 from schemas.messages import RunSnapshot
 from tests.unit.driver import APPROVER, MODEL, RUNTIME, TOOL, Driver
 

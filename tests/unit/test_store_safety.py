@@ -10,14 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processor.outputs import (
+from processor.records.outputs import (
     FIRED_CHANGELOG_PREFIX,
     HISTORY_CHANGELOG_PREFIX,
     history_changelog_key,
 )
-from processor.runtime import store as store_module
-from processor.runtime.snapshot_cache import SnapshotCache
-from processor.runtime.store import (
+from processor.runtimes.native import store as store_module
+from processor.runtimes.native.snapshot_cache import SnapshotCache
+from processor.runtimes.native.store import (
     PartitionStore,
     StoreFormatError,
 )
@@ -136,8 +136,8 @@ def test_restore_indexes_timers_behind_a_step_result_that_spells_the_field(
 _RESTORE_THEN_DIE = """
 import os, sys
 from pathlib import Path
-from processor.outputs import snapshot_index
-from processor.runtime.store import PartitionStore
+from processor.records.outputs import snapshot_index
+from processor.runtimes.native.store import PartitionStore
 from tests.unit.driver import Driver
 
 store = PartitionStore(Path(sys.argv[1]))
@@ -167,7 +167,7 @@ def test_a_restore_is_all_there_once_settled_and_at_worst_absent_before(
 def test_stores_report_rocksdbs_memory_by_kind(tmp_path: Path) -> None:
     """The gauge runstate_store_memory_bytes: memtables summed over the stores, the
     block cache (one, shared) counted once."""
-    from processor.runtime.stores import StoreRegistry
+    from processor.runtimes.native.stores import StoreRegistry
 
     stores = StoreRegistry()
     empty = stores.memory()
@@ -187,7 +187,7 @@ def test_stores_report_rocksdbs_memory_by_kind(tmp_path: Path) -> None:
 _COMMIT_THEN_DIE = """
 import os, sys
 from pathlib import Path
-from processor.runtime import store as store_module
+from processor.runtimes.native import store as store_module
 from tests.unit.driver import Driver
 
 store_module._WRITE_BUFFER_BYTES = 64 << 10  # memtables reach disk every few batches
@@ -232,7 +232,7 @@ def test_live_commits_survive_a_crash_as_a_prefix_with_their_offset(
 def test_the_worker_collects_cycles_rarely_and_never_visits_what_start_up_made() -> None:
     code = (
         "import gc\n"
-        "from processor.runtime.heap import GC_THRESHOLDS, tune_collector\n"
+        "from processor.runtimes.native.heap import GC_THRESHOLDS, tune_collector\n"
         "tune_collector()\n"
         "assert gc.get_threshold() == GC_THRESHOLDS, gc.get_threshold()\n"
         "assert gc.get_freeze_count() > 10_000, gc.get_freeze_count()\n"
@@ -263,8 +263,8 @@ def test_one_cache_bounds_every_store_of_the_process(tmp_path: Path) -> None:
 
 def _slow_history_puts(key: bytes, value: bytes | None, header: bytes | None) -> object:
     """What `_restore_aside` writes for a history record: the reference."""
-    from processor.outputs import parse_history_changelog_key
-    from processor.runtime.store import _committed_by, _history_key, _proposal_key
+    from processor.records.outputs import parse_history_changelog_key
+    from processor.runtimes.native.store import _committed_by, _history_key, _proposal_key
 
     try:
         run_id, revision = parse_history_changelog_key(key)
@@ -309,7 +309,7 @@ def test_history_fast_path_writes_what_the_checked_path_writes(
     the record to that path."""
     import struct
 
-    from processor.runtime.store import _history_puts
+    from processor.runtimes.native.store import _history_puts
 
     key = HISTORY_CHANGELOG_PREFIX + run + b"\x00" + struct.pack(">Q", revision)
     key = key[: len(key) - cut] if cut > 8 else key

@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 
 from processor.engine import Beat, Commit, Forget
 from processor.engine.timers import timer_proposal_id
-from processor.keyring import SigningKey
+from processor.history.replay import apply_transitions
+from processor.kafka.topics import TopicNames
 from processor.machines import builtin_machines
-from processor.punctuator import Punctuator
-from processor.replay import apply_transitions
-from processor.topics import TopicNames
+from processor.records.punctuator import Punctuator
+from processor.trust.keyring import SigningKey
 from schemas import Proposal, RejectionCode
 from schemas.messages import Rejection
 from tests.unit.driver import APPROVER, MODEL, RUNTIME, TOOL, Driver

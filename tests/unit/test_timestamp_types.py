@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processor.audit import Record, verify_partition
-from processor.intake import TimestampType, untrusted_time
-from processor.keyring import generate_keyring, signing_keys
+from processor.history.audit import Record, verify_partition
 from processor.machines import builtin_machines
-from processor.pipeline import Admitted, DeadLetterReason, admit_record, decide_record
+from processor.records.intake import TimestampType, untrusted_time
+from processor.records.pipeline import Admitted, DeadLetterReason, admit_record, decide_record
+from processor.trust.keyring import generate_keyring, signing_keys
 
 pytestmark = pytest.mark.unit
 

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from confluent_kafka import KafkaError, KafkaException
 
 from processor.cli.main import cli
-from processor.topics import (
+from processor.kafka.topics import (
     COMPACTED,
     DAY_MS,
     DEFAULT_RETENTION_MS,

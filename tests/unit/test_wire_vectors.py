@@ -12,9 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from processor.engine.scope import reaches
-from processor.intake import Credential, Unproven, authenticate
-from processor.keyring import Keyring, KeyringError, SigningKey, parse_keyring
-from processor.signatures import signed_base
+from processor.records.intake import Credential, Unproven, authenticate
+from processor.trust.keyring import Keyring, KeyringError, SigningKey, parse_keyring
+from processor.trust.signatures import signed_base
 from schemas.codes import RejectionCode
 from tests.vectors import VECTORS, render
 

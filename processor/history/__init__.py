@@ -1,0 +1,2 @@
+"""Runs over time: verify, replay, rebuild, machine versions and their diffs, resume and
+continue."""

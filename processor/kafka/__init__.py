@@ -1,0 +1,1 @@
+"""Kafka as runstate uses it: client settings, topics, partitioning, reading topics back."""

@@ -1,0 +1,1 @@
+"""What a worker tells its operator: Prometheus metrics and logs."""

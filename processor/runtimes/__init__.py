@@ -1,0 +1,1 @@
+"""The runtimes that run the engine on Kafka: native (confluent-kafka, RocksDB) and Faust."""
