@@ -44,7 +44,7 @@ def export(out: Path, offsets_file: Path | None, rejections: bool, kafka: KafkaC
 
     Reads read_committed up to the end of each partition as it is when the export
     starts, from the positions in the offsets file; writes the files, then the new
-    positions. Flat typed columns (README, Analytics); payload and metadata as JSON
+    positions. Flat typed columns (docs/analytics.md); payload and metadata as JSON
     strings. Progress on stderr, a JSON summary on stdout.
     """
     # Imported here: pyarrow is the analytics extra's, not every install's.

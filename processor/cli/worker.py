@@ -61,7 +61,7 @@ class PeerUrl(click.ParamType):
     type=click.Choice(["native", "faust"]),
     default="native",
     help="native: confluent-kafka, exactly once. faust: a faust-streaming app over a "
-    "rocksdict Table, at least once with recognisable duplicates (see README).",
+    "rocksdict Table, at least once with recognisable duplicates (see docs/runtimes.md).",
 )
 @pass_kafka
 @group_id_option

@@ -57,7 +57,9 @@ def wrapped(lines: list[str]) -> list[str]:
 
 
 def _clip(text: str) -> str:
-    return text if len(text) <= WIDTH - 2 else text[: WIDTH - 5] + "..."
+    """One line of an example: its whitespace folded, cut to fit after the indent."""
+    line = " ".join(text.split())
+    return line if len(line) <= WIDTH - 2 else line[: WIDTH - 5] + "..."
 
 
 @click.command()

@@ -4,7 +4,7 @@ keeps snapshots in a Faust Table on the rocksdict driver, changelogged to the sa
 
 Faust writes a table through to RocksDB and its changelog before the input offset is
 committed, so it cannot give the native worker's exactly-once. What it gives instead
-(README, Guarantees per runtime), by three rules:
+(docs/runtimes.md, Guarantees per runtime), by three rules:
   - each outcome is acknowledged by the broker before the next proposal is decided; a
     commit's transition before its changelog record, and both before the table's store
     is written: no outcome is lost, and a transition sent again is the same record;
