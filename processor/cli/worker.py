@@ -36,7 +36,7 @@ from processor.trust.keyring import KeyringError, load_keyring
 
 
 class PeerUrl(click.ParamType):
-    """A peer's URL, as its origin (`cluster.origin`); RUNSTATE_PEERS separates them by
+    """A peer's URL, as its origin (`peers.origin`); RUNSTATE_PEERS separates them by
     commas."""
 
     name = "url"

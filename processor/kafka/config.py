@@ -104,6 +104,6 @@ class WorkerConfig:
     http_port: int | None = 0  # None: no HTTP server; 0: a free port
     #: What the HTTP API asks of every request but /livez (none: open, loopback only).
     http_tokens: HttpTokens = field(default_factory=HttpTokens)
-    #: The other workers' HTTP URLs (`cluster.origin`s): the only ones asked for the
+    #: The other workers' HTTP URLs (`peers.origin`s): the only ones asked for the
     #: cluster's reads, and sent the token (whatever the group's members advertise).
     peers: tuple[str, ...] = ()
