@@ -68,14 +68,14 @@ def test_a_sample_goes_to_the_innermost_frame_a_rule_knows() -> None:
 
 def test_the_baseline_commits_flat_layout_is_classified_alike() -> None:
     """The "before" profile is of a commit whose processor/ had no folders by job."""
-    flat = (
-        _frame("Worker._step", "/r/processor/runtime/worker.py"),
-        _frame("Checkpoint.commit", "/r/processor/runtime/checkpoint.py"),
+    flat = "/r/processor/"
+    runtime = flat + "runtime/"
+    stack = (
+        _frame("Worker._step", runtime + "worker.py"),
+        _frame("Checkpoint.commit", runtime + "checkpoint.py"),
     )
-    assert classify((*flat, _frame("PartitionStore.write", "/r/processor/runtime/store.py"))) == (
-        "store flush"
-    )
-    assert classify(flat) == "commit"
+    assert classify((*stack, _frame("PartitionStore.write", runtime + "store.py"))) == "store flush"
+    assert classify(stack) == "commit"
     for module, stage in (
         ("intake", "decode"),
         ("outputs", "encode"),
@@ -84,8 +84,8 @@ def test_the_baseline_commits_flat_layout_is_classified_alike() -> None:
         ("metrics", "metrics"),
         ("signatures", "authenticate"),
     ):
-        frame = _frame("decode_proposal", f"/r/processor/{module}.py")
-        assert classify((_frame("Worker._step", "/r/processor/runtime/worker.py"), frame)) == stage
+        frame = _frame("decode_proposal", f"{flat}{module}.py")
+        assert classify((_frame("Worker._step", runtime + "worker.py"), frame)) == stage
 
 
 def test_a_c_call_is_known_by_the_line_calling_it(tmp_path: Path) -> None:
