@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install tools demo test unit integration adversary test-docker images lock bench bench-profile bench-engine bench-path faults soak
+.PHONY: install tools demo test slow unit integration adversary test-docker images lock bench bench-profile bench-engine bench-path faults soak
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,9 +45,16 @@ $(NODE_STAMP): tests/node/package.json tests/node/package-lock.json
 demo: install
 	$(BIN)/runstate demo
 
-## test: the whole suite (lint, types, unit, integration on a real broker) + engine coverage
+## test: the suite but its slow tests (lint, types, the docs site, unit, integration on a real
+## broker) in JOBS processes, each with its own broker, + engine coverage
+JOBS ?= 2
 test: install tools
-	$(BIN)/pytest --cov=processor.engine --cov-branch --cov-report=term-missing:skip-covered --cov-fail-under=95 --durations=20
+	$(BIN)/pytest -n $(JOBS) --dist loadgroup -m "not slow" --cov=processor.engine --cov-branch --cov-report=term-missing:skip-covered --cov-fail-under=95 --durations=20
+
+## slow: the tests of minutes, one at a time: the fault harness at CI size, the benchmark
+## command and the compose stack (CI runs them after `make test`)
+slow: install tools
+	$(BIN)/pytest -m slow --durations=20
 
 ## unit: pure tests only, no broker, seconds
 unit: install tools

@@ -7,7 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.integration.harness import ROOT
+
+#: The benchmark command end to end: a minute and more (`make slow`, and CI).
+pytestmark = pytest.mark.slow
 
 
 def test_benchmark_command_writes_every_figure(kafka_bootstrap: str, tmp_path: Path) -> None:
@@ -50,5 +55,5 @@ def test_benchmark_command_writes_every_figure(kafka_bootstrap: str, tmp_path: P
     assert results["growth"]["restore_runs_per_s"] > 0
     assert 0.05 < results["parameters"]["refused_share"] < 0.5
     text = out_md.read_text()
-    assert "## Targets" in text and "sqlite" in text
+    assert "## Throughput targets" in text and "sqlite" in text
     assert results["parameters"]["ceiling_scale"] == 2 and "The ceiling drains 2 times" in text

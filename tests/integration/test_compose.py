@@ -30,6 +30,9 @@ from processor.kafka.topics import TopicNames
 from processor.trust.keyring import load_keyring, signing_keys
 from schemas.messages import RunSnapshot
 
+#: The compose stack built, scaled, killed and restarted (`make slow`, and CI).
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 WORKERS = 3
 

@@ -15,6 +15,9 @@ from tests.faults.scenarios import PARTITIONS, SCENARIOS, SHORT, Size, broker_re
 from tests.faults.soak import plot, soak, table
 from tests.integration.harness import Env, send, workload
 
+#: The fault harness at CI size: minutes of kills and restarts (`make slow`, and CI).
+pytestmark = pytest.mark.slow
+
 
 def assert_clean(row: Row) -> None:
     assert row.lost == 0 and row.duplicated == 0 and row.mismatched == 0, row.describe()
