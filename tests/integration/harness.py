@@ -8,10 +8,10 @@ import sys
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, Message
 
@@ -300,6 +300,23 @@ def published(env: Env) -> Published:
         elif msg.value() is not None and is_run_key(msg.key()):
             snapshots[msg.key().decode()] = RunSnapshot.model_validate_json(msg.value())
     return Published(transitions, rejections, dlq, snapshots, heartbeats)
+
+
+T = TypeVar("T")
+
+
+def eventually(what: str, probe: Callable[[], T | None], timeout: float = 30.0) -> T:
+    """What `probe` returns once it is not None, asked every 0.2 s: a wait on a condition
+    with a deadline (AssertionError naming `what` after `timeout` seconds), never a
+    fixed sleep that hopes the condition holds by then."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = probe()
+        if found is not None:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:.0f}s")
+        time.sleep(0.2)
 
 
 def wait_for_outcomes(

@@ -19,7 +19,7 @@ from processor.broker.server import free_ports
 from processor.kafka.partitioning import partition_for
 from processor.kafka.topics import TopicNames
 from schemas.messages import Rejection, Transition
-from tests.integration.harness import Env, WorkerProcess, make_env
+from tests.integration.harness import Env, WorkerProcess, eventually, make_env
 
 M = "task_lifecycle"
 SLOW = {
@@ -217,6 +217,12 @@ def test_json_logs_at_their_levels(env: Env, runtime: str) -> None:
 TOKEN = "obs-token-0123456789abcdef"
 
 
+def _counted(worker: WorkerProcess) -> bool:
+    """The worker's /stats counts the six paused and the two running runs."""
+    stats = {(s["machine"], s["state"]): s["runs"] for s in worker.get("/stats")["states"]}
+    return stats.get((M, "paused")) == 6 and stats.get((M, "running")) == 2
+
+
 @pytest.mark.parametrize("runtime", ["native", "faust"])
 def test_runs_by_state_across_workers_from_either_worker(env: Env, runtime: str) -> None:
     """GET /runs?state= and /stats answer for the whole cluster whichever worker is
@@ -255,8 +261,8 @@ def test_runs_by_state_across_workers_from_either_worker(env: Env, runtime: str)
             assert isinstance(client.propose_and_wait(run_id, "start"), Transition)
         for run_id in paused:
             assert isinstance(client.propose_and_wait(run_id, "pause_for_approval"), Transition)
-        time.sleep(0.5)  # the last checkpoint reaches the stores (Faust: its index)
-        for worker in workers:
+        for worker in workers:  # once the last commit has reached the stores (Faust: its index)
+            eventually("both workers count every run", lambda w=worker: _counted(w) or None)
             pages, after = [], None
             while True:
                 query = "/runs?state=paused&limit=4" + (f"&after={after}" if after else "")

@@ -20,9 +20,8 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import pytest
 from confluent_kafka import KafkaError, Producer
@@ -40,15 +39,13 @@ from processor.kafka.readback import read_topics
 from processor.kafka.topics import TopicNames
 from schemas.codes import RejectionCode
 from schemas.messages import DeadLetter, Proposal, Rejection, RunSnapshot, Transition
-from tests.integration.harness import Env, WorkerProcess, make_env, published
+from tests.integration.harness import Env, WorkerProcess, eventually, make_env, published
 
 PARTITIONS = 3  # the topic_names fixture's
 DECIDED_WITHIN_S = 15.0  # every ordinary proposal behind a poison record is decided within
 MAX_STATE_BYTES = 60_000
 STEP_RESULT_CHARS = 20_000
 LOWERED_REJECTIONS_LIMIT = 2_000
-
-T = TypeVar("T")
 
 
 @pytest.fixture
@@ -98,17 +95,6 @@ def _runs_on(partition: int, prefix: str, count: int = 2) -> list[str]:
             found.append(run_id)
         i += 1
     return found
-
-
-def _eventually(what: str, probe: Callable[[], T | None], timeout: float) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = probe()
-        if found is not None:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: nothing within {timeout:.0f}s")
-        time.sleep(0.3)
 
 
 class RawProducer:
@@ -185,7 +171,7 @@ def _dead_letter_at(
                 return key, letter, size
         return None
 
-    return _eventually(f"DLQ record for proposals[{partition}]@{offset}", probe, timeout)
+    return eventually(f"DLQ record for proposals[{partition}]@{offset}", probe, timeout)
 
 
 def _rejections(env: Env, proposal_id: str) -> list[Rejection]:
@@ -204,7 +190,7 @@ def _outcome_of(env: Env, partition: int, offset: int, proposal_id: str) -> Reje
                 return letter
         return None
 
-    found = _eventually(
+    found = eventually(
         f"outcome of {proposal_id} (proposals[{partition}]@{offset})", probe, DECIDED_WITHIN_S
     )
     return cast(Rejection | DeadLetter, found)
@@ -572,7 +558,7 @@ def test_approval_produced_late_while_no_worker_ran_is_refused_deadline_passed(e
             )
             return mine if mine and mine[-1].to_state == "failed" else None
 
-        history = _eventually(f"{run_id} failed", failed, DECIDED_WITHIN_S)
+        history = eventually(f"{run_id} failed", failed, DECIDED_WITHIN_S)
         last = history[-1]
         assert (last.event, last.reason, last.from_state, last.revision) == (
             "timeout",

@@ -24,7 +24,7 @@ from processor.client import (
 )
 from processor.kafka.partitioning import partition_for
 from processor.kafka.topics import TopicNames, create_topics, plan_topics
-from tests.integration.harness import Env, WorkerProcess, make_env
+from tests.integration.harness import Env, WorkerProcess, eventually, make_env
 
 M = "task_lifecycle"
 DEAD = "127.0.0.1:1"  # nobody listens there
@@ -97,7 +97,7 @@ def test_an_answer_faster_than_wait_is_not_missed(served: tuple[Env, WorkerProce
         while worker.snapshot(run_id) is None:  # the worker has answered
             assert time.monotonic() < deadline, "the worker did not create the run"
             time.sleep(0.05)
-        time.sleep(0.5)  # and the answer is in the topic, read or not
+        # Served from the store, written only after the commit: the answer is in the topic.
         outcome = client.wait(pid, timeout=10)
         assert isinstance(outcome, Transition) and outcome.proposal_id == pid
 
@@ -109,7 +109,6 @@ def test_an_answer_faster_than_wait_is_not_missed(served: tuple[Env, WorkerProce
             while (snap := worker.snapshot(run_id)) is None or snap.revision < 1:
                 assert time.monotonic() < deadline, "the worker did not start the run"
                 await asyncio.sleep(0.05)
-            await asyncio.sleep(0.5)
             started = await client.wait(pid, timeout=10)
             assert isinstance(started, Transition) and started.to_state == "running"
 
@@ -188,7 +187,8 @@ def test_the_waiter_keeps_only_what_its_client_waits_for(
         while waiter.kept() < 1 or waiter.read < 2:
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        time.sleep(1.0)  # the others' outcomes in this partition have been read by now
+        # Read by now or soon: the others' outcomes in this partition, dropped.
+        eventually("the others' outcomes read", lambda: waiter.dropped() > 0 or None)
         assert waiter.kept() == 1  # only the unclaimed outcome of its own proposal
         assert waiter.dropped() > 0  # the others' outcomes of the same partition
         assert waiter.read - waiter.dropped() == 2  # its create, and the unclaimed start

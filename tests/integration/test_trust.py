@@ -22,7 +22,7 @@ from processor.trust.keyring import load_keyring, load_signing_key
 from processor.trust.signatures import Algorithm
 from schemas.codes import RejectionCode
 from schemas.messages import Rejection, Transition
-from tests.integration.harness import ROOT, Env, WorkerProcess, published, runstate
+from tests.integration.harness import ROOT, Env, WorkerProcess, eventually, published, runstate
 
 pytestmark = pytest.mark.integration
 
@@ -109,6 +109,7 @@ def test_replay_scope_revocation_and_an_auditor_with_public_keys_only(env: Env) 
         assert isinstance(approved, Transition) and approved.principal.source == "approver:oncall"
         r2_paused = agent.propose_and_wait("team-b/r2", "pause_for_approval")
         assert isinstance(r2_paused, Transition)
+        reloads = _reloads(worker)
         keys(
             "revoke",
             "approver-all",
@@ -117,7 +118,7 @@ def test_replay_scope_revocation_and_an_auditor_with_public_keys_only(env: Env) 
             "--effective-in-ms",
             "0",
         )
-        time.sleep(2.5)  # the worker looks at the file every second
+        eventually("the worker reads the keyring again", lambda: _reloads(worker) > reloads or None)
         revoked = everyone.decide("team-b/r2", pause=r2_paused.revision)
         assert isinstance(revoked, Rejection), revoked
         assert revoked.code is RejectionCode.UNAUTHENTICATED and "revoked" in revoked.detail
@@ -130,6 +131,11 @@ def test_replay_scope_revocation_and_an_auditor_with_public_keys_only(env: Env) 
     verified = runstate(env, "verify", "--keyring-file", str(env.keyring_path))
     assert verified.returncode == 0, verified.stdout + verified.stderr
     _one_changed_byte_is_found(env)
+
+
+def _reloads(worker: WorkerProcess) -> int:
+    """How often the worker has read its keyring file again (its log says each time)."""
+    return worker.log_path.read_text(errors="replace").count("keyring reloaded from")
 
 
 def _second_answer(env: Env, proposal_id: str) -> Rejection:
