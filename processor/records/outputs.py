@@ -13,6 +13,7 @@ batch of it), and the worker checks at start that its topics take them. The prod
 import base64
 import hashlib
 import json
+import logging
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +22,8 @@ from processor.engine import Beat, Commit, Forget, Relay
 from processor.kafka.topics import TopicNames
 from processor.records.pipeline import DeadLetterReason, Outcome
 from schemas.messages import DeadLetter, Proposal, Rejection, RunSnapshot, Transition
+
+log = logging.getLogger(__name__)
 
 #: librdkafka's default `message.max.bytes`: the largest record a producer sends.
 DEFAULT_MESSAGE_MAX_BYTES = 1_000_000
@@ -434,6 +437,29 @@ def outcome_records(
         OutputRecord(topics.rejections, key, value),
         OutputRecord(topics.changelog, answer, value),
     ]
+
+
+#: For a DLQ record that must fit whatever the broker takes: a few KB of the record's bytes.
+SMALL = RecordLimits(default=8 * 1024)
+
+
+def publishable(
+    topics: TopicNames,
+    outcome: Outcome,
+    source: Source,
+    limits: RecordLimits = UNLIMITED,
+    answers: Sequence[bytes] = (),
+    relay: Callable[[Proposal], OutputRecord] | None = None,
+) -> tuple[Outcome, list[OutputRecord]]:
+    """The outcome and its records (`outcome_records`); an outcome that cannot be encoded
+    (a bug) becomes a small DLQ record naming why, so that one record never stalls its
+    partition."""
+    try:
+        return outcome, outcome_records(topics, outcome, source, limits, answers, relay)
+    except Exception as exc:
+        log.exception("publishing %s[%s]@%s failed", source.topic, source.partition, source.offset)
+        failed = DeadLetterReason(f"internal error while encoding its outcome: {exc!r}")
+        return failed, [dead_letter_record(topics, source, failed.reason, SMALL)]
 
 
 def dead_letter_record(

@@ -22,14 +22,14 @@ once: each is marked fired in the table and its changelog once its record is del
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, cast
 
 import faust
 from faust.types import TP
 
-from processor.engine import Beat, Commit, Forget, Relay
+from processor.engine import Beat, Commit, Forget
 from processor.engine.answers import Answer, committed_digest
 from processor.kafka.config import WorkerConfig
 from processor.observe.logs import log_outcomes, logged
@@ -43,8 +43,7 @@ from processor.records.outputs import (
     Source,
     answer_changelog_key,
     answers_changelog_prefix,
-    dead_letter_record,
-    outcome_records,
+    publishable,
 )
 from processor.records.pipeline import (
     DeadLetterReason,
@@ -54,6 +53,7 @@ from processor.records.pipeline import (
     outcome_run_id,
 )
 from processor.records.punctuator import Punctuator, timer_key
+from processor.records.stats import OutcomeStats
 from processor.runtimes.faust import datadir_of
 from processor.runtimes.faust.kafka import faust_kafka_settings
 from processor.runtimes.faust.observe import StateIndex, faust_metrics
@@ -81,17 +81,8 @@ FAUST_BATCH_SIZE = 16_384
 
 
 @dataclass
-class FaustStats:
-    proposals: int = 0
-    transitions: int = 0
-    heartbeats: int = 0
-    rejections: int = 0
-    dead_letters: int = 0
-    relays: int = 0  # messages sent to other runs (a continuation's)
+class FaustStats(OutcomeStats):
     skipped: int = 0  # decided before a crash, outcome already delivered
-    deadlines_fired: int = 0
-    alerts_raised: int = 0
-    started_at: float = field(default_factory=time.time)
 
 
 class App(faust.App):
@@ -284,10 +275,8 @@ def build_app(
                 await sent
             state.persist(firing.snapshot.run_id)
             firing.log()
-            if firing.is_deadline:
-                stats.deadlines_fired += 1
-            else:
-                stats.alerts_raised += 1
+            stats.fired(firing)
+            if not firing.is_deadline:
                 metrics.alerts.labels(firing.snapshot.machine, firing.timer.name).inc()
 
     def snapshot_of(run_id: str) -> RunSnapshot | None:
@@ -377,12 +366,7 @@ def build_app(
             source = Source(
                 message.topic, partition, message.offset, message.key, message.value, at_ms
             )
-            try:
-                records = outcome_records(topics, outcome, source, limits, relay=relay)
-            except Exception as exc:  # a bug must not stall the partition
-                log.exception("encoding %s@%s failed", message.partition, message.offset)
-                outcome = DeadLetterReason(f"internal error while encoding its outcome: {exc!r}")
-                records = [dead_letter_record(topics, source, outcome.reason)]
+            outcome, records = publishable(topics, outcome, source, limits, relay=relay)
             # Each record delivered (awaited) before the next, the transition before its
             # snapshot, and all before the offset can be committed. Faust's own
             # `runs[key] = ...` sends the changelog record whenever its buffer drains,
@@ -450,18 +434,7 @@ def build_app(
                         run_states.note(partition, previous, outcome.snapshot)
             finally:
                 read_fence.close(fenced)
-            if isinstance(outcome, Commit | Forget):
-                stats.transitions += 1
-            elif isinstance(outcome, Beat):
-                stats.heartbeats += 1
-            elif isinstance(outcome, DeadLetterReason):
-                stats.dead_letters += 1
-            elif isinstance(outcome, Relay):
-                stats.relays += 1
-                stats.rejections += outcome.refusal is not None
-            else:
-                stats.rejections += 1
-            stats.proposals += 1
+            stats.count(outcome)
             # Counted once acknowledged (this runtime's commit), one proposal at a time.
             observed = MetricsBatch()
             observed.stage(previous, outcome)

@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka import (
@@ -37,19 +37,19 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
-from processor.engine import Beat, Commit, Forget, Relay, is_finished
+from processor.engine import Beat, Commit, Forget, is_finished
 from processor.kafka.config import WorkerConfig
 from processor.observe.metrics import WorkerMetrics
 from processor.records.intake import TimestampType, Verified
 from processor.records.outputs import (
     DEFAULT_BATCH_SIZE,
+    SMALL,
     UNLIMITED,
     CommitLimits,
     OutputRecord,
     RecordLimits,
     Source,
-    dead_letter_record,
-    outcome_records,
+    publishable,
 )
 from processor.records.pipeline import (
     Admitted,
@@ -61,6 +61,7 @@ from processor.records.pipeline import (
     outcome_run_id,
 )
 from processor.records.punctuator import Punctuator, timer_key
+from processor.records.stats import OutcomeStats
 from processor.runtimes import identity
 from processor.runtimes.errors import ClientBroken, ClientHung, WorkerError
 from processor.runtimes.native.heap import IdleTrim
@@ -100,8 +101,6 @@ COMMITTING_WAIT_S = 0.002
 # after the backlog was drained (of 114 MB freed but kept by a worker that had taken
 # 1,000,000 runs). 8 MB is still some 30,000 of the benchmark's proposals, seconds of work.
 CONSUME_QUEUE_KBYTES = 8 * 1024
-# For the DLQ record of a record whose outcome the broker refused: a few KB of its bytes.
-SMALL = RecordLimits(default=8 * 1024)
 # How long reading the topics' limits again, after the broker refused a record for its
 # size, may take (seconds); the loop waits for it.
 RELEARN_TIMEOUT_S = 10.0
@@ -117,19 +116,10 @@ class Admission:
 
 
 @dataclass
-class WorkerStats:
-    proposals: int = 0
-    transitions: int = 0
-    heartbeats: int = 0
-    rejections: int = 0
-    dead_letters: int = 0
-    relays: int = 0  # messages sent to other runs (a continuation's)
+class WorkerStats(OutcomeStats):
     transactions: int = 0
     aborts: int = 0
     restored_records: int = 0
-    deadlines_fired: int = 0
-    alerts_raised: int = 0
-    started_at: float = field(default_factory=time.time)
 
 
 class Worker:
@@ -474,15 +464,10 @@ class Worker:
         self.metrics.decision.observe(admission.seconds + time.perf_counter() - began)
         # A poisoned record's DLQ record stays small: it must fit whatever the broker takes.
         limits = self.limits if self.quarantine.poisoned(partition, offset) is None else SMALL
-        try:
-            answers = (
-                store.answer_keys(outcome.transition.run_id) if isinstance(outcome, Forget) else ()
-            )
-            records = outcome_records(self.topics, outcome, source, limits, answers, self._relay)
-        except Exception as exc:  # a bug must not turn one record into a stalled partition
-            log.exception("publishing %s[%s]@%s failed", source.topic, partition, offset)
-            outcome = DeadLetterReason(f"internal error while encoding its outcome: {exc!r}")
-            records = [dead_letter_record(self.topics, source, outcome.reason, SMALL)]
+        answers = (
+            store.answer_keys(outcome.transition.run_id) if isinstance(outcome, Forget) else ()
+        )
+        outcome, records = publishable(self.topics, outcome, source, limits, answers, self._relay)
         run_id = outcome_run_id(outcome)
         transaction.observed.stage(store.snapshot(run_id) if run_id else None, outcome)
         transaction.decided(outcome)
@@ -494,21 +479,11 @@ class Worker:
             store.stage_refusal(outcome, records[0].value)  # for the run's inspector page
         if isinstance(outcome, Commit):
             store.stage(outcome, records[0].value, records[-1].value)
-            self.stats.transitions += 1
         elif isinstance(outcome, Beat):
             store.stage_beat(outcome, records[-1].value)
-            self.stats.heartbeats += 1
         elif isinstance(outcome, Forget):
             store.stage_forget(outcome.transition.run_id)
-            self.stats.transitions += 1
-        elif isinstance(outcome, DeadLetterReason):
-            self.stats.dead_letters += 1
-        elif isinstance(outcome, Relay):
-            self.stats.relays += 1
-            self.stats.rejections += outcome.refusal is not None
-        else:
-            self.stats.rejections += 1
-        self.stats.proposals += 1
+        self.stats.count(outcome)
         if isolated:
             self._commit()
 
@@ -559,10 +534,8 @@ class Worker:
                     transaction.produce(record, partition)
                 transaction.records += 1
                 firing.log()
-                if firing.is_deadline:
-                    self.stats.deadlines_fired += 1
-                else:
-                    self.stats.alerts_raised += 1
+                self.stats.fired(firing)
+                if not firing.is_deadline:
                     transaction.observed.stage_alert(firing.snapshot.machine, firing.timer.name)
 
     # -- transactions -----------------------------------------------------------
