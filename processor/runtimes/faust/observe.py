@@ -15,6 +15,7 @@ changelog; no transaction is ever aborted.
 import heapq
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from processor.engine import Machine
 from processor.observe.metrics import WorkerMetrics
@@ -32,26 +33,34 @@ class Entered:
     state: str
 
 
-class StateIndex:
-    """Per partition: the runs in each (machine, state), each with its entry time."""
+P = TypeVar("P")
+
+
+class PartitionIndexes(Generic[P]):
+    """An in-memory index per partition, built when first needed after a recovery."""
 
     def __init__(self) -> None:
-        self._partitions: dict[int, dict[tuple[str, str], dict[str, int]]] = {}
+        self._partitions: dict[int, P] = {}
+
+    def indexed(self, partition: int) -> bool:
+        return partition in self._partitions
+
+    def forget(self, partition: int | None = None) -> None:
+        """Drop a partition's index (all of them with None): rebuilt when next needed."""
+        if partition is None:
+            self._partitions.clear()
+        else:
+            self._partitions.pop(partition, None)
+
+
+class StateIndex(PartitionIndexes[dict[tuple[str, str], dict[str, int]]]):
+    """Per partition: the runs in each (machine, state), each with its entry time."""
 
     def rebuild(self, partition: int, runs: Iterable[Entered]) -> None:
         index: dict[tuple[str, str], dict[str, int]] = {}
         for run in runs:
             index.setdefault((run.machine, run.state), {})[run.run_id] = run.entered_ms
         self._partitions[partition] = index
-
-    def indexed(self, partition: int) -> bool:
-        return partition in self._partitions
-
-    def forget(self, partition: int | None = None) -> None:
-        if partition is None:
-            self._partitions.clear()
-        else:
-            self._partitions.pop(partition, None)
 
     def note(self, partition: int, previous: RunSnapshot | None, snapshot: RunSnapshot) -> None:
         """A commit: the run leaves the state it was in and is where `snapshot` says."""

@@ -26,7 +26,7 @@ from typing import Protocol
 
 from processor.records.outputs import FIRED_CHANGELOG_PREFIX
 from processor.records.punctuator import NOT_FIRED, Fired
-from processor.runtimes.faust.observe import Entered
+from processor.runtimes.faust.observe import Entered, PartitionIndexes
 from schemas.messages import RunSnapshot
 
 _LOCAL = b"\x00"  # keys that are not a snapshot start with NUL
@@ -67,21 +67,8 @@ class _Partition:
         return True
 
 
-class DueIndex:
+class DueIndex(PartitionIndexes[_Partition]):
     """Runs by the due times of their timers that have not fired, per partition."""
-
-    def __init__(self) -> None:
-        self._partitions: dict[int, _Partition] = {}
-
-    def indexed(self, partition: int) -> bool:
-        return partition in self._partitions
-
-    def forget(self, partition: int | None = None) -> None:
-        """Drop a partition's index (all of them with None): rebuilt when next needed."""
-        if partition is None:
-            self._partitions.clear()
-        else:
-            self._partitions.pop(partition, None)
 
     def rebuild(self, partition: int, items: Iterable[tuple[bytes, bytes]]) -> list[Entered]:
         """Index a partition from all of its table entries; returns where each run is and
