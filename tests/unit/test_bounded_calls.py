@@ -99,14 +99,14 @@ class _Client:
 
 
 def test_a_broken_worker_neither_closes_nor_frees_its_clients(tmp_path: Path) -> None:
-    """Regression (fault harness, broker restart): dropping the clients ran their
-    destructors, which blocked forever behind a hung send_offsets_to_transaction; the
-    worker never reached its restart in place and kept its partitions. A broken worker
-    keeps them (the CLI holds the worker until it replaces the process image)."""
+    """Dropping the clients would run their destructors, which block forever behind a
+    hung send_offsets_to_transaction (a broker restarting): the worker would never
+    reach its restart in place and keep its partitions. A broken worker keeps its
+    clients (the CLI holds the worker until it replaces the process image)."""
     broken = Worker(_offline_config(tmp_path))
     clients = _Client("consumer"), _Client("producer")
     alive = [weakref.ref(c) for c in clients]
-    broken.consumer, broken.producer = clients  # type: ignore[assignment]
+    broken.consumer, broken.commits.producer = clients  # type: ignore[assignment]
 
     def hang(interval: float) -> None:
         never = threading.Event()  # the hung call never returns
@@ -116,14 +116,14 @@ def test_a_broken_worker_neither_closes_nor_frees_its_clients(tmp_path: Path) ->
         raise ClientBroken("the producer could not start its transactions: timed out")
 
     broken._step = hang  # type: ignore[method-assign]
-    broken._new_producer = no_producer  # type: ignore[assignment,method-assign]
+    broken.commits.new_producer = no_producer  # type: ignore[assignment,method-assign]
     with pytest.raises(ClientBroken, match="could not start"):
         broken.run()
     del clients
     gc.collect()
     assert [ref() is not None for ref in alive] == [True, True]
     assert broken.consumer is alive[0]()
-    assert broken.producer is alive[1]()
+    assert broken.commits.producer is alive[1]()
 
 
 @pytest.fixture
@@ -188,17 +188,17 @@ class _RestoreJob:
 
 
 def _worker_owning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Worker:
-    from processor.runtimes.native import worker as worker_module
+    from processor.runtimes.native import assignment
     from processor.runtimes.native.store import PartitionStore
 
-    monkeypatch.setattr(worker_module, "RestoreJob", _RestoreJob)
+    monkeypatch.setattr(assignment, "RestoreJob", _RestoreJob)
     _RestoreJob.made = []
     worker = Worker(_offline_config(tmp_path))
-    worker.consumer = _Consumer()  # type: ignore[assignment]
-    worker.producer = _NewProducer()  # type: ignore[assignment]
-    worker._new_producer = _NewProducer  # type: ignore[assignment,method-assign]
+    worker.consumer = worker.commits.consumer = _Consumer()  # type: ignore[assignment]
+    worker.commits.producer = _NewProducer()  # type: ignore[assignment]
+    worker.commits.new_producer = _NewProducer  # type: ignore[assignment,method-assign]
     worker.stores.add({p: PartitionStore(tmp_path / f"p{p}") for p in (0, 2)})
-    worker.transaction = worker._new_transaction()
+    worker.commits.transaction = worker.commits.new_transaction()
     return worker
 
 
@@ -209,23 +209,24 @@ def test_a_hung_producer_is_replaced_and_the_stores_catch_up(
     the old producer stays referenced (its destructor would block), and every owned
     store catches up from the changelog with its partition paused meanwhile."""
     worker = _worker_owning(tmp_path, monkeypatch)
-    old, transaction = worker.producer, worker.transaction
-    worker.committing = transaction
-    worker._fenced = worker.read_fence.open()  # its commit, which reads wait for
-    worker._stale_coordinator = True
+    commits = worker.commits
+    old, transaction = commits.producer, commits.transaction
+    commits.committing = transaction
+    commits._fenced = worker.read_fence.open()  # its commit, which reads wait for
+    commits.stale_coordinator = True
     returned = threading.Event()
     worker._replace_producer(
         ClientHung("send_offsets_to_transaction has not returned after 3s", returned)
     )
     assert worker.read_fence.wait(0.0), "reads would wait for a commit nobody finishes"
-    assert worker.producer is not old
+    assert commits.producer is not old
     assert old.retired_after == [returned]  # type: ignore[union-attr]
-    assert worker.committing is None and worker.transaction is not transaction
-    assert worker.transaction is not None and not worker.transaction.open
-    assert worker.transaction.producer is worker.producer
+    assert commits.committing is None and commits.transaction is not transaction
+    assert commits.transaction is not None and not commits.transaction.open
+    assert commits.transaction.producer is commits.producer
     assert sorted(_RestoreJob.made[0]) == [0, 2] and worker.stores.owned() == []
     assert sorted(worker.consumer.paused) == [0, 2]  # type: ignore[union-attr]
-    assert not worker._stale_coordinator and worker.stats.aborts == 1
+    assert not commits.stale_coordinator and worker.stats.aborts == 1
     for store in _RestoreJob.made[0].values():
         store.close()  # type: ignore[attr-defined]
 
@@ -236,16 +237,17 @@ def test_a_fresh_producer_waits_for_a_moment_between_transactions(
     """After the group lost its coordinator the producer is swapped, but never under an
     open transaction; the old one is closed (it holds none) off the loop's thread."""
     worker = _worker_owning(tmp_path, monkeypatch)
-    old = worker.producer
-    assert worker.transaction is not None
-    worker.transaction._produced = True  # a transaction is open
-    worker._stale_coordinator = True
-    worker._fresh_producer()
-    assert worker.producer is old and worker._stale_coordinator
-    worker.transaction = worker._new_transaction()
-    worker._fresh_producer()
-    assert worker.producer is not old and not worker._stale_coordinator
-    assert worker.transaction.producer is worker.producer
+    commits = worker.commits
+    old = commits.producer
+    assert commits.transaction is not None
+    commits.transaction._produced = True  # a transaction is open
+    commits.stale_coordinator = True
+    commits.fresh_producer()
+    assert commits.producer is old and commits.stale_coordinator
+    commits.transaction = commits.new_transaction()
+    commits.fresh_producer()
+    assert commits.producer is not old and not commits.stale_coordinator
+    assert commits.transaction.producer is commits.producer
     assert old.closed.wait(5)  # type: ignore[union-attr]
     worker.stores.close()
 
@@ -328,16 +330,16 @@ class _Rewinding(_Consumer):
 def test_a_rewind_waits_out_a_moving_group_coordinator(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Found by the fault harness (the group coordinator killed): reading the committed
-    offsets after an abort failed NOT_COORDINATOR, and the exception took the worker
-    down. Now the rewind asks again until the coordinator answers."""
-    from processor.runtimes.native import worker as worker_module
+    """Reading the committed offsets after an abort fails NOT_COORDINATOR while the group
+    coordinator moves (a broker killed): the rewind asks again until it answers, rather
+    than taking the worker down."""
+    from processor.runtimes.native import commits
 
-    monkeypatch.setattr(worker_module.time, "sleep", lambda _: None)
+    monkeypatch.setattr(commits.time, "sleep", lambda _: None)
     worker = _worker_owning(tmp_path, monkeypatch)
     moving = KafkaError(KafkaError.NOT_COORDINATOR, "Not coordinator")
-    worker.consumer = consumer = _Rewinding(moving, moving)  # type: ignore[assignment]
-    worker._rewind([0, 2])
+    consumer = _Rewinding(moving, moving)
+    commits.rewind(consumer, worker.topics.proposals, [0, 2])  # type: ignore[arg-type]
     assert consumer.asked == 3 and consumer.sought == {0: 40, 2: 40}
     worker.stores.close()
 
@@ -350,23 +352,24 @@ def test_a_rewind_that_cannot_be_made_is_a_broken_client_and_no_partition_resume
     up). The restore that was finishing is no longer listed, so when the partitions
     then go, their stores close once (a job left listed closed them twice, and
     `DB instance already closed` took the worker down under a paused broker)."""
-    from processor.runtimes.native import worker as worker_module
+    from processor.runtimes.native import commits
 
-    monkeypatch.setattr(worker_module, "REWIND_PATIENCE_S", 0.0)
+    monkeypatch.setattr(commits, "REWIND_PATIENCE_S", 0.0)
     worker = _worker_owning(tmp_path, monkeypatch)
     moving = KafkaError(KafkaError.NOT_COORDINATOR, "Not coordinator")
-    worker.consumer = consumer = _Rewinding(*[moving] * 5)  # type: ignore[assignment]
+    consumer = _Rewinding(*[moving] * 5)
     owned = {p: worker.stores.take([p])[p] for p in (0, 2)}
 
     class _Done:
         done, error, applied, stores = True, None, 0, owned
 
-    worker._restores.append(_Done())  # type: ignore[arg-type]
+    assignment = worker.assignment
+    assignment.restores.append(_Done())  # type: ignore[arg-type]
     with pytest.raises(ClientBroken, match="committed offsets"):
-        worker._finish_restores()
-    assert worker._restores == [] and worker.stores.owned() == [0, 2]
+        assignment.finish_restores(consumer)  # type: ignore[arg-type]
+    assert assignment.restores == [] and worker.stores.owned() == [0, 2]
     assert consumer.resumed == [] and consumer.sought == {}
-    with worker._letting_go([TopicPartition("t.proposals", p) for p in (0, 2)]):
+    with assignment.letting_go([TopicPartition("t.proposals", p) for p in (0, 2)]):
         pass
     assert worker.stores.owned() == []
     for store in owned.values():
