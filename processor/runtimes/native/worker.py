@@ -8,14 +8,15 @@ The loop; each job is a part of its own, which owns its state:
 - `TransactionalProducer` (producer.py): begin, produce, send offsets, commit, abort,
   with librdkafka's known hangs bounded;
 - `Assignment` (assignment.py): the group's callbacks, the restores they start, the lag;
+- `proposals_consumer` (consumer.py): the consumer's settings and rebalancing protocol;
 - `StoreRegistry` / `PartitionStore` (stores.py, store.py): the owned partitions' state;
 - `Punctuator` (processor/records/punctuator.py, shared with the Faust runtime): due timers
   as records;
 - `Quarantine` (poison.py): records whose outcome the broker keeps refusing;
 - `check_topics` (preflight.py): the topics fit the worker, and what records they take;
 - `WorkerQueries` (queries.py): what the HTTP API (processor/serving/api.py) asks of it;
-- `admit_record`, `decide_admitted` (pipeline.py): the decision, pure, in two steps: a
-  turn admits its whole batch first, then decides it record by record.
+- `admit_batch` (admission.py), `decide_admitted` (pipeline.py): the decision, pure, in
+  two steps: a turn admits its whole batch first, then decides it record by record.
 When the input has nothing more for now, and at the latest every 100 ms (or N
 records), the open transaction commits; on any failure it is
 aborted, and the consumer rewound to the committed offsets: nothing is half-applied.
@@ -32,14 +33,11 @@ from confluent_kafka.admin import AdminClient
 from processor.engine import Beat, Commit, Forget
 from processor.kafka.config import WorkerConfig
 from processor.observe.metrics import WorkerMetrics
-from processor.records.intake import TimestampType, Verified
 from processor.records.outputs import SMALL, OutputRecord, Source, publishable
 from processor.records.pipeline import (
     Admitted,
     DeadLetterReason,
     Outcome,
-    Placement,
-    admit_record,
     decide_admitted,
     outcome_run_id,
 )
@@ -47,8 +45,10 @@ from processor.records.punctuator import Punctuator, timer_key
 from processor.records.stats import OutcomeStats
 from processor.runtimes import identity
 from processor.runtimes.errors import ClientBroken, WorkerError
+from processor.runtimes.native.admission import Admission, admit_batch
 from processor.runtimes.native.assignment import Assignment
 from processor.runtimes.native.commits import CommitPipeline
+from processor.runtimes.native.consumer import proposals_consumer
 from processor.runtimes.native.heap import IdleTrim
 from processor.runtimes.native.poison import Quarantine
 from processor.runtimes.native.preflight import check_topics
@@ -57,7 +57,6 @@ from processor.runtimes.native.statedir import StateDir, StateDirBusy
 from processor.runtimes.native.store import PartitionTransaction
 from processor.runtimes.native.stores import StoreRegistry
 from processor.runtimes.native.verifier import BatchVerifier
-from processor.serving.peers import client_id
 from processor.serving.read_fence import ReadFence
 from processor.trust.keyring import KeyringWatch
 from schemas.messages import Proposal, Rejection
@@ -74,20 +73,6 @@ CONSUME_WAIT_S = 0.02
 # How long a turn waits while a commit travels: its end is seen at the next turn, and the
 # records held for it are produced then (the worker cannot be woken by the commit).
 COMMITTING_WAIT_S = 0.002
-# Proposal bytes librdkafka may prefetch ahead of the loop (its default: 64 MB). Under a
-# backlog it fetched that much, and its fetch thread's malloc arena kept the 64 MB
-# after the backlog was drained (of 114 MB freed but kept by a worker that had taken
-# 1,000,000 runs). 8 MB is still some 30,000 of the benchmark's proposals, seconds of work.
-CONSUME_QUEUE_KBYTES = 8 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class Admission:
-    """A record's admission (`admit_record`: a proposal to decide, or its outcome
-    already) and the time it took, which the decision's histogram counts in."""
-
-    admitted: Admitted | Outcome
-    seconds: float
 
 
 @dataclass
@@ -172,34 +157,7 @@ class Worker:
         found = identity.current(AdminClient(settings.client()), self.topics, self.partitions)
         identity.reconcile(self.state_dir.root, found, self.state_dir.stores())
         self.commits.start(topics.limits)
-        self.consumer = Consumer(
-            settings.client(
-                {
-                    "group.id": self.config.group_id,
-                    "enable.auto.commit": False,
-                    "auto.offset.reset": "earliest",
-                    "isolation.level": "read_committed",
-                    "partition.assignment.strategy": assignment_strategy(
-                        self.config.static_membership
-                    ),
-                    "enable.partition.eof": False,
-                    **(
-                        {"client.id": client_id(self.advertised_url)} if self.advertised_url else {}
-                    ),
-                    **(
-                        {"group.instance.id": f"{self.config.group_id}-{self.worker_id}"}
-                        if self.config.static_membership
-                        else {}
-                    ),
-                },
-                defaults={
-                    # Failover after a crash takes up to this long (Kafka's default is 45 s).
-                    "session.timeout.ms": 10_000,
-                    "heartbeat.interval.ms": 2_000,
-                    "queued.max.messages.kbytes": CONSUME_QUEUE_KBYTES,
-                },
-            )
-        )
+        self.consumer = proposals_consumer(self.config, self.worker_id, self.advertised_url)
         self.commits.consumer = self.consumer
         self.consumer.subscribe(
             [self.topics.proposals],
@@ -284,7 +242,13 @@ class Worker:
         aborts = self.stats.aborts
         batch = self._take()
         verified = self.verifier.verify(self.topics.proposals, batch, self.keyring.current())
-        admissions = self._admit(batch, verified)
+        admissions = admit_batch(
+            batch,
+            verified,
+            self.keyring.current(),
+            self.partitions,
+            self.config.max_proposal_bytes,
+        )
         for msg, admission in zip(batch, admissions, strict=True):
             err = msg.error()
             if err is not None:
@@ -357,42 +321,6 @@ class Worker:
         log.info("worker %s stopped", self.worker_id)
 
     # -- processing ------------------------------------------------------------
-    def _admit(self, batch: list[Message], verified: Verified) -> list[Admission | None]:
-        """Every record of the batch admitted, or refused, before any is decided: one
-        pass of the decoder and the verifier over the batch, then one of the engine
-        (`admit_record` says why). None for a consumer error."""
-        keyring = self.keyring.current()
-        partitions = self.partitions
-        max_bytes = self.config.max_proposal_bytes
-        admissions: list[Admission | None] = []
-        clock = time.perf_counter
-        for msg in batch:
-            if msg.error() is not None:
-                admissions.append(None)
-                continue
-            began = clock()
-            try:
-                timestamp_type, timestamp_ms = msg.timestamp()
-                admitted: Admitted | Outcome = admit_record(
-                    msg.key(),
-                    msg.value(),
-                    msg.headers(),
-                    timestamp_ms,
-                    topic=msg.topic() or "",
-                    keyring=keyring,
-                    placement=Placement(msg.partition() or 0, partitions),
-                    max_bytes=max_bytes,
-                    verified=verified,
-                    timestamp_type=TimestampType.of_librdkafka(timestamp_type),
-                )
-            except Exception as exc:  # a bug must not turn one record into a stalled partition
-                log.exception(
-                    "admitting %s[%s]@%s failed", msg.topic(), msg.partition(), msg.offset()
-                )
-                admitted = DeadLetterReason(f"internal error while deciding: {exc!r}")
-            admissions.append(Admission(admitted, clock() - began))
-        return admissions
-
     def _process(self, msg: Message, admission: Admission) -> None:
         partition = msg.partition() or 0
         transaction = self.commits.transaction
@@ -491,13 +419,3 @@ class Worker:
                 self.stats.fired(firing)
                 if not firing.is_deadline:
                     transaction.observed.stage_alert(firing.snapshot.machine, firing.timer.name)
-
-
-def assignment_strategy(static_membership: bool) -> str:
-    """Cooperative rebalancing moves partitions in two rounds: the owner gives them up,
-    then rejoins so they can go elsewhere. A static member killed between the two is
-    replaced without a rebalance (its restart rejoins a stable group), so nobody rejoins
-    and the partitions it gave up stay unowned until the membership changes again (seen
-    in the fault harness: two of three partitions idle for minutes). Eager rebalancing
-    hands out the whole assignment in one round, so static members use it."""
-    return "roundrobin" if static_membership else "cooperative-sticky"
