@@ -22,7 +22,7 @@ def run_faust_worker(
     is the caller's (`processor.observe.logs.setup_logging`): Faust's worker leaves it alone."""
     import faust
 
-    from processor.runtimes.faust.app import build_app
+    from processor.runtimes.faust.app import FaustWorker
     from processor.runtimes.faust.kafka import faust_kafka_settings
 
     faust_kafka_settings(config.kafka.client_config)  # refuses what Faust cannot take, first
@@ -42,7 +42,7 @@ def run_faust_worker(
     # What each topic takes, as the native worker learns it: the same commits refused
     # state_too_large, the same outputs cut to fit.
     limits = learn_limits(AdminClient(config.kafka.client()), config.kafka, config.topics)
-    app = build_app(config, partitions, http_port, advertised_url, limits)
+    app = FaustWorker(config, partitions, http_port, advertised_url, limits).app
     # override_logging=False: Faust would replace the root logger's handlers with its own
     # (colour, its format), and --log-format json would be lost.
     worker = faust.Worker(

@@ -16,18 +16,31 @@ then the mark, then the mark is written to the table. A crash between the first 
 second fires the timer again after the restart: at least once, like the rest of this
 runtime. A repeated deadline is refused (`duplicate` or `revision_conflict`: its proposal
 id and expected revision are the same); a repeated alert is a second alert record.
+
+`TimerTick` is the tick; `DueIndex` the index; `TableTimers` the punctuator's view of
+one partition of the table.
 """
 
 import heapq
 import json
-from collections.abc import Iterable
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol, cast
 
+import faust
+from faust.types import TopicT
+
+from processor.observe.metrics import WorkerMetrics
 from processor.records.outputs import FIRED_CHANGELOG_PREFIX
-from processor.records.punctuator import NOT_FIRED, Fired
-from processor.runtimes.faust.observe import Entered, PartitionIndexes
+from processor.records.punctuator import NOT_FIRED, Fired, Punctuator
+from processor.records.stats import OutcomeStats
+from processor.runtimes.faust.observe import Entered, PartitionIndexes, StateIndex
+from processor.runtimes.faust.table import RunsTable
 from schemas.messages import RunSnapshot
+
+log = logging.getLogger("runstate.faust")
 
 _LOCAL = b"\x00"  # keys that are not a snapshot start with NUL
 
@@ -169,3 +182,95 @@ class TableTimers:
         marks = self.staged.get(run_id)
         if marks is not None:
             self.view.partition_put(self.partition, fired_key(run_id), marks.encode())
+
+
+class TickNode(Protocol):
+    """What the tick keeps up to date for the HTTP API (`FaustNode`)."""
+
+    last_turn: float  # when the loop last turned (GET /livez)
+    indexed_recoveries: int  # the table recoveries the indexes were built after
+
+
+class TimerTick:
+    """The timers' tick: every due timer of the partitions this worker owns, fired."""
+
+    def __init__(
+        self,
+        *,
+        app: faust.App,
+        partitions: int,
+        runs: RunsTable,
+        due_index: DueIndex,
+        run_states: StateIndex,
+        punctuator: Punctuator,
+        outputs: Mapping[str, TopicT],
+        stats: OutcomeStats,
+        metrics: WorkerMetrics,
+        owned: Callable[[], list[int]],
+        node: TickNode,
+    ) -> None:
+        self.app = app
+        self.partitions = partitions
+        self.runs = runs
+        self.due_index = due_index
+        self.run_states = run_states
+        self.punctuator = punctuator
+        self.outputs = outputs
+        self.stats = stats
+        self.metrics = metrics
+        self.owned = owned
+        self.node = node
+
+    async def fire_timers(self) -> None:
+        """Every due timer of the partitions this worker owns, fired once (`timers`)."""
+        runs, due_index, run_states = self.runs, self.due_index, self.run_states
+        self.node.last_turn = time.monotonic()  # the loop turns (GET /livez)
+        if self.app.rebalancing or self.app.in_recovery:
+            return
+        if self.node.indexed_recoveries != runs.recoveries:  # partitions restored: re-read
+            due_index.forget()
+            run_states.forget()
+            self.node.indexed_recoveries = runs.recoveries
+        now_ms = int(time.time() * 1000)
+        owned_now = self.owned()
+        for partition in range(self.partitions):
+            if partition not in owned_now or not runs.holds(partition):
+                due_index.forget(partition)
+                run_states.forget(partition)
+                continue
+            if not due_index.indexed(partition):
+                # one scan of the table for both indexes
+                where = due_index.rebuild(partition, runs.partition_items(partition))
+                run_states.rebuild(partition, where)
+                count = due_index.size(partition)
+                log.info("partition %d: %d runs with timers indexed", partition, count)
+            due = due_index.due_runs(partition, now_ms)
+            if not due:
+                continue
+            state = TableTimers(runs, partition)
+            try:
+                await self.fire_due(partition, now_ms, state, due)
+            except Exception:
+                # Those not marked fire at the next tick: the index is read again.
+                log.exception("firing timers of partition %d failed; trying again", partition)
+                due_index.forget(partition)
+
+    async def fire_due(
+        self, partition: int, now_ms: int, state: TableTimers, due: list[str]
+    ) -> None:
+        for firing in self.punctuator.fire(now_ms, state, due):
+            # Each record acknowledged before the next: the proposal or alert, then the
+            # mark; the mark reaches the table last.
+            for record in firing.records:
+                sent = await self.outputs[record.topic].send(
+                    key=record.key,
+                    value=record.value,
+                    partition=partition,
+                    headers=cast(Any, record.headers),
+                )
+                await sent
+            state.persist(firing.snapshot.run_id)
+            firing.log()
+            self.stats.fired(firing)
+            if not firing.is_deadline:
+                self.metrics.alerts.labels(firing.snapshot.machine, firing.timer.name).inc()
