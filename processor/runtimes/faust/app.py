@@ -20,7 +20,7 @@ once: each is marked fired in the table and its changelog once its record is del
 
 `FaustWorker` builds the app, holds the state and registers the agent and the timers;
 each job is a part of its own:
-- `Decision` (decide.py): one proposal decided, its outcome delivered, then written to
+- `Decision` (processing.py): one proposal decided, its outcome delivered, then written to
   the table, in the order the rules above need;
 - `TimerTick` (timers.py): due timers fired, every `timer_interval_ms`;
 - `Positions` (positions.py): the offsets the agent vouches for, read and written by the
@@ -43,7 +43,7 @@ from processor.records.outputs import UNLIMITED, RecordLimits
 from processor.records.punctuator import Punctuator, timer_key
 from processor.records.stats import OutcomeStats
 from processor.runtimes.faust import datadir_of
-from processor.runtimes.faust.decide import Decision
+from processor.runtimes.faust.processing import Decision
 from processor.runtimes.faust.kafka import faust_kafka_settings
 from processor.runtimes.faust.observe import StateIndex, faust_metrics
 from processor.runtimes.faust.positions import Positions, Verdict
