@@ -43,10 +43,10 @@ from processor.records.outputs import UNLIMITED, RecordLimits
 from processor.records.punctuator import Punctuator, timer_key
 from processor.records.stats import OutcomeStats
 from processor.runtimes.faust import datadir_of
-from processor.runtimes.faust.processing import Decision
 from processor.runtimes.faust.kafka import faust_kafka_settings
 from processor.runtimes.faust.observe import StateIndex, faust_metrics
 from processor.runtimes.faust.positions import Positions, Verdict
+from processor.runtimes.faust.processing import Decision
 from processor.runtimes.faust.table import NEXT_OFFSET_KEY, RunsTable
 from processor.runtimes.faust.timers import DueIndex, TimerTick
 from processor.runtimes.faust.transport import Consumer, Transport
