@@ -294,7 +294,7 @@ def decode_proposal(
         data = json.loads(value.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         return Undecodable(f"value is not UTF-8 JSON: {exc}")
-    except RecursionError:  # found by the fault harness: 50,000 nested arrays
+    except RecursionError:  # hostile input: e.g. 50,000 nested arrays
         return Undecodable("value is JSON nested too deeply to decode")
     except ValueError:  # Python converts no integer of over 4,300 digits (a DoS guard)
         return Undecodable("value is JSON with an integer too long to decode (4,300 digits)")

@@ -136,8 +136,8 @@ def signal_mask() -> Iterator[None]:
 def test_a_restart_in_place_keeps_stop_signals_pending_across_exec(
     monkeypatch: pytest.MonkeyPatch, signal_mask: None
 ) -> None:
-    """Regression (fault harness): a SIGTERM that came while the new image started,
-    before its handler existed, killed it (-15) instead of stopping it."""
+    """A SIGTERM that comes while the new image starts, before its handler exists, stops
+    it rather than kills it (-15): the signals stay blocked across the exec."""
     seen: list[set[signal.Signals]] = []
     monkeypatch.setattr(
         os, "execv", lambda *_: seen.append(signal.pthread_sigmask(signal.SIG_BLOCK, []))
@@ -350,8 +350,8 @@ def test_a_rewind_that_cannot_be_made_is_a_broken_client_and_no_partition_resume
     """Going on from where the consumer stands would skip what the abort undid: when the
     offsets cannot be read, ClientBroken (the loop replaces the producer and catches
     up). The restore that was finishing is no longer listed, so when the partitions
-    then go, their stores close once (a job left listed closed them twice, and
-    `DB instance already closed` took the worker down under a paused broker)."""
+    then go, their stores close once (closed twice, `DB instance already closed` would
+    take the worker down)."""
     from processor.runtimes.native import commits
 
     monkeypatch.setattr(commits, "REWIND_PATIENCE_S", 0.0)

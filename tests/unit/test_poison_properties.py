@@ -665,8 +665,8 @@ CREATE_R = (
 
 @pytest.mark.parametrize("signature", [b"\x80", "é".encode(), b"\xff" * 64], ids=["x80", "e", "ff"])
 def test_a_signature_header_that_is_not_ascii_is_refused(signature: bytes) -> None:
-    """Found by the pipeline property: any non-ASCII byte in the signature header made
-    `hmac.compare_digest` raise TypeError (a str that is not ASCII) out of decide_record."""
+    """Any non-ASCII byte in the signature header is refused unauthenticated, never a
+    TypeError out of `hmac.compare_digest` (a str that is not ASCII) out of decide_record."""
     value = CREATE_R + b"}"
     headers = [(HEADER_KEY_ID, b"runtime"), (HEADER_SIGNED_AT, b"1"), (HEADER_SIGNATURE, signature)]
     outcome = _decide(b"r", value, headers, NOW, lambda _: None, 2_000, 5_000)
@@ -676,9 +676,9 @@ def test_a_signature_header_that_is_not_ascii_is_refused(signature: bytes) -> No
 
 @pytest.mark.parametrize("number", [b"Infinity", b"-Infinity", b"NaN", b"1e400"])
 def test_a_commit_is_published_as_it_was_decided(number: bytes) -> None:
-    """Found by the pipeline property: JSON numbers that are not finite were accepted
-    into metadata and committed, but published as null, so the transition record read
-    back had a hash that did not match its content (and `verify` reported it)."""
+    """JSON numbers that are not finite are never committed into metadata: published as
+    null, the transition record read back would have a hash that does not match its
+    content (and `verify` would report it)."""
     value = CREATE_R + b',"metadata":{"x":' + number + b"}}"
     headers = signing_key_from(KEYRING, "runtime").headers(SOURCE_TOPIC, b"r", value, NOW)
     outcome = _decide(b"r", value, headers, NOW, lambda _: None, 2_000, 5_000)

@@ -97,8 +97,8 @@ def test_forgetting_drops_the_run_and_its_dedupe_memory_and_replays() -> None:
 def test_a_run_forgotten_and_created_again_in_one_transaction_stays_indexed(
     tmp_path: Path,
 ) -> None:
-    """Found by the store property: when the run's committed by-state entry equalled
-    the new run's, the flush deleted it (forgotten) and did not write it again (unchanged)."""
+    """A run forgotten and created again in one flush, whose committed by-state entry
+    equals the new run's, keeps its entry: deleted (forgotten), it is written again."""
     from processor.engine import decide
     from processor.runtimes.native.store import PartitionStore
     from schemas.messages import Proposal

@@ -65,9 +65,9 @@ def bounded(
 
 def abort_transaction(producer: Producer, attempts: int = 3, timeout_s: float = 10.0) -> None:
     """Abort the open transaction. An abort that times out says "retry call to resume"
-    and stays in progress: it is called again (found by the broker-restart scenario: left
-    in progress, the next begin_transaction failed _CONFLICT and ended the worker). Still
-    not aborted, or fatal: ClientBroken, and the worker restarts in place."""
+    and stays in progress: it is called again (left in progress, the next
+    begin_transaction fails _CONFLICT, as after a broker restart). Still not aborted, or
+    fatal: ClientBroken, and the worker restarts in place."""
     for _ in range(attempts):
         try:
             bounded("abort_transaction", lambda: producer.abort_transaction(timeout_s), timeout_s)

@@ -200,8 +200,8 @@ class Worker:
                         raise ClientBroken(f"the producer failed: {exc}") from exc
                     if not commits.producer.open:
                         # No transaction to abort, and where the consumer stands is not
-                        # known: catch up and rewind as after a hung call (this raise
-                        # took the process down, e.g. NOT_COORDINATOR while rewinding).
+                        # known: catch up and rewind as after a hung call (e.g.
+                        # NOT_COORDINATOR while rewinding), rather than end the process.
                         self._replace_producer(ClientBroken(f"a client call failed: {exc}"))
                         continue
                     commits.abort(f"transaction failed: {exc}", exc.args[0])
