@@ -189,7 +189,7 @@ class _RestoreJob:
 
 def _worker_owning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Worker:
     from processor.runtimes.native import worker as worker_module
-    from processor.runtimes.native.store import PartitionStore
+    from processor.runtimes.native.store.partition import PartitionStore
 
     monkeypatch.setattr(worker_module, "RestoreJob", _RestoreJob)
     _RestoreJob.made = []

@@ -100,7 +100,7 @@ def test_a_run_forgotten_and_created_again_in_one_transaction_stays_indexed(
     """Found by the store property: when the run's committed by-state entry equalled
     the new run's, the flush deleted it (forgotten) and did not write it again (unchanged)."""
     from processor.engine import decide
-    from processor.runtimes.native.store import PartitionStore
+    from processor.runtimes.native.store.partition import PartitionStore
     from schemas.messages import Proposal
 
     machines = builtin_machines()

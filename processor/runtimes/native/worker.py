@@ -71,7 +71,8 @@ from processor.runtimes.native.producer import TransactionalProducer
 from processor.runtimes.native.restore import RestoreJob
 from processor.runtimes.native.snapshot_cache import SNAPSHOTS
 from processor.runtimes.native.statedir import StateDir, StateDirBusy
-from processor.runtimes.native.store import PartitionStore, PartitionTransaction
+from processor.runtimes.native.store.changes import PartitionTransaction
+from processor.runtimes.native.store.partition import PartitionStore
 from processor.runtimes.native.stores import StoreRegistry
 from processor.runtimes.native.transaction import Transaction
 from processor.runtimes.native.verifier import BatchVerifier
