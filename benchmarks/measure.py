@@ -16,7 +16,7 @@ from benchmarks.contenders import Running, Setup
 from benchmarks.records import RawRecord
 from processor.kafka.config import KafkaSettings
 from processor.runtimes.native.restore import restore_partitions
-from processor.runtimes.native.store import PartitionStore
+from processor.runtimes.native.store.partition import PartitionStore
 
 #: Every outcome an awaited proposal gets (transition, rejection, the ceiling's copy of
 #: the proposal) carries its proposal id as this JSON member, written compactly. A find

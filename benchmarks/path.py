@@ -40,7 +40,8 @@ from processor.records.pipeline import (
     decide_record,
     outcome_run_id,
 )
-from processor.runtimes.native.store import PartitionStore, PartitionTransaction
+from processor.runtimes.native.store.changes import PartitionTransaction
+from processor.runtimes.native.store.partition import PartitionStore
 from processor.trust.keyring import Keyring, generate_keyring
 from schemas import Rejection
 

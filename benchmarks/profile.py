@@ -69,6 +69,16 @@ Stack = tuple[Frame, ...]  # outermost first
 
 
 # -- classifying samples ------------------------------------------------------------
+#: The package of the native worker's partition store (a module per job); before it,
+#: all of the store was native/store.py (runtime/store.py in the flat layout).
+_STORE_PACKAGE = "/native/store/"
+
+
+def _in_store(path: str) -> bool:
+    """Whether `path` (as this layout names it) is a module of a partition store."""
+    return _STORE_PACKAGE in path or path.endswith("native/store.py")
+
+
 def _c_call(path: str, line: int) -> str | None:
     """The stage of the C call the innermost Python frame is in, by its source line
     (confluent-kafka's and rocksdict's methods have no frame of their own)."""
@@ -141,7 +151,7 @@ def _frame_stage(func: str, path: str) -> str | None:
         return "decode" if name in ("decode_proposal", "refuse", "_finite") else None
     if path.endswith("processor/records/outputs.py") or name == "fit_commit":
         return "encode"
-    if path.endswith(("native/store.py", "native/stores.py")):
+    if _in_store(path) or path.endswith("native/stores.py"):
         return "store flush" if name in ("write", "flush", "_drop_run") else "stage"
     if path.endswith("native/producer.py"):
         committing = name in (
@@ -180,9 +190,7 @@ _STORE_FLUSH = (".write", ".prepare", ".apply", "._drop_run")
 def classify(stack: Stack) -> str:
     """The stage of one sample: the innermost frame a rule knows decides; anything under
     a store's batch being built or written is the store flush (its lookups included)."""
-    if any(
-        f.endswith(_STORE_FLUSH) and _in_layout(p).endswith("native/store.py") for f, p, _ in stack
-    ):
+    if any(f.endswith(_STORE_FLUSH) and _in_store(_in_layout(p)) for f, p, _ in stack):
         return "store flush"
     if stack:
         _, path, line = stack[-1]

@@ -26,7 +26,7 @@ from processor.kafka.topics import TopicNames, create_topics, plan_topics
 from processor.machines import builtin_machines
 from processor.records.outputs import Source, outcome_records
 from processor.runtimes.native.restore import restore_partitions
-from processor.runtimes.native.store import PartitionStore
+from processor.runtimes.native.store.partition import PartitionStore
 from schemas import Principal, Proposal
 
 RUNTIME = Principal(source="runtime", authority="runtime")

@@ -44,7 +44,7 @@ from processor.kafka.topics import TopicNames, create_topics, plan_topics
 from processor.machines import builtin_machines, builtin_source
 from processor.records.outputs import Headers, Source, outcome_records
 from processor.runtimes.native.restore import restore_partitions
-from processor.runtimes.native.store import PartitionStore
+from processor.runtimes.native.store.partition import PartitionStore
 from schemas.messages import Principal, Proposal
 
 PARTITIONS = 3

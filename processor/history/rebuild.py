@@ -127,7 +127,7 @@ class StoreRebuild:
             shutil.rmtree(path)
         # Here, not at the top: `runstate get --at` and `verify` use this module in the
         # light install, which has no rocksdict (the store is the worker extra's).
-        from processor.runtimes.native.store import PartitionStore
+        from processor.runtimes.native.store.partition import PartitionStore
 
         store = PartitionStore(path)
         try:

@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from processor.broker.provide import provide_broker
-from processor.runtimes.native.store import BLOCK_CACHE_BYTES
+from processor.runtimes.native.store.options import BLOCK_CACHE_BYTES
 from tests.faults.cluster import Cluster, Feeder, signed_records
 from tests.faults.scenarios import fresh_env
 from tests.faults.soak import WARM_UP_S, rss_mb, worker_memory

@@ -36,7 +36,7 @@ from processor.broker.cluster import Cluster as Brokers
 from processor.broker.cluster import running_cluster
 from processor.kafka.partitioning import partition_for
 from processor.runtimes.native.snapshot_cache import CAPACITY as SNAPSHOT_CAPACITY
-from processor.runtimes.native.store import BLOCK_CACHE_BYTES
+from processor.runtimes.native.store.options import BLOCK_CACHE_BYTES
 from tests.faults.arrivals import Arrivals, recovery_seconds
 from tests.faults.check import Row, check
 from tests.faults.cluster import Cluster, signed_records

@@ -52,6 +52,20 @@ def test_a_sample_goes_to_the_innermost_frame_a_rule_knows() -> None:
     assert classify(
         (*commit, _frame("PartitionStore.write", "/r/processor/runtimes/native/store.py"))
     ) == ("store flush")
+    # A store's modules by job (native/store/), as the one file before them (native/store.py).
+    package = "/r/processor/runtimes/native/store/"
+    assert classify((*decide, _frame("PartitionTransaction.snapshot", package + "changes.py"))) == (
+        "stage"
+    )
+    assert classify((*decide, _frame("PartitionStore.seen", package + "partition.py"))) == "stage"
+    written = (*commit, _frame("PartitionStore.write", package + "partition.py"))
+    assert classify(written) == "store flush"
+    # Its lookups and index moves while the batch is built are the store flush too.
+    assert classify((*written, _frame("reindex", package + "indexes.py"))) == "store flush"
+    assert classify((*commit, _frame("PreparedWrite.apply", package + "changes.py"))) == (
+        "store flush"
+    )
+    assert classify((*LOOP, _frame("ChangelogBatch.index", package + "changelog.py"))) == "stage"
     observed = (*commit, _frame("Histogram.observe", "/v/site-packages/prometheus_client/m.py"))
     assert classify(observed) == "metrics"
     logged = (*commit, _frame("Logger.info", "/usr/lib/python3.11/logging/__init__.py"))

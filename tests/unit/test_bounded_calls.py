@@ -189,7 +189,7 @@ class _RestoreJob:
 
 def _worker_owning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Worker:
     from processor.runtimes.native import assignment
-    from processor.runtimes.native.store import PartitionStore
+    from processor.runtimes.native.store.partition import PartitionStore
 
     monkeypatch.setattr(assignment, "RestoreJob", _RestoreJob)
     _RestoreJob.made = []

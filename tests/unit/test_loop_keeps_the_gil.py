@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from processor.runtimes.native.store import PartitionStore
+from processor.runtimes.native.store.partition import PartitionStore
 from processor.trust.signatures import hmac_signature
 
 CALLS = 2_000

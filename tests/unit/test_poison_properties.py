@@ -52,13 +52,10 @@ from processor.records.pipeline import (
 )
 from processor.records.punctuator import NOT_FIRED, Fired
 from processor.runtimes.native.restore import index_header
-from processor.runtimes.native.store import (
-    ChangelogRecord,
-    InState,
-    PartitionStore,
-    PartitionTransaction,
-    PreparedWrite,
-)
+from processor.runtimes.native.store.changelog import ChangelogRecord
+from processor.runtimes.native.store.changes import PartitionTransaction, PreparedWrite
+from processor.runtimes.native.store.indexes import InState
+from processor.runtimes.native.store.partition import PartitionStore
 from processor.trust.keyring import SigningKey, generate_keyring, signing_key_from
 from processor.trust.signatures import HEADER_KEY_ID, HEADER_SIGNATURE, HEADER_SIGNED_AT
 from schemas.audit import transition_hash

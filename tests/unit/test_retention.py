@@ -100,7 +100,7 @@ def test_a_run_forgotten_and_created_again_in_one_transaction_stays_indexed(
     """A run forgotten and created again in one flush, whose committed by-state entry
     equals the new run's, keeps its entry: deleted (forgotten), it is written again."""
     from processor.engine import decide
-    from processor.runtimes.native.store import PartitionStore
+    from processor.runtimes.native.store.partition import PartitionStore
     from schemas.messages import Proposal
 
     machines = builtin_machines()

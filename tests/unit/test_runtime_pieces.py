@@ -15,7 +15,7 @@ from processor.machines import builtin_machines
 from processor.records.outputs import Source, outcome_records
 from processor.records.pipeline import DeadLetterReason, decide_record
 from processor.runtimes.native.heap import IdleTrim, malloc_trim
-from processor.runtimes.native.store import PartitionStore
+from processor.runtimes.native.store.partition import PartitionStore
 from processor.trust.keyring import (
     KeyringError,
     SigningKey,
@@ -264,7 +264,7 @@ def test_restore_reads_index_fields_from_the_header_as_from_the_record() -> None
     decoding the record), and from the record only when it has no header; both agree,
     whatever a step's free-form result holds."""
     from processor.records.outputs import snapshot_index
-    from processor.runtimes.native.store import _index_fields
+    from processor.runtimes.native.store.changelog import index_fields
     from tests.unit.driver import Driver
 
     run = Driver(run_id="f/1")
@@ -280,8 +280,8 @@ def test_restore_reads_index_fields_from_the_header_as_from_the_record() -> None
         (data["machine"], data["state"], data["entered_state_at_ms"]),
         [(t["due_at_ms"], t["revision"], t["name"]) for t in data["timers"]],
     )
-    assert _index_fields(value, None) == expected
-    assert _index_fields(value, snapshot_index(commit.snapshot)) == expected
+    assert index_fields(value, None) == expected
+    assert index_fields(value, snapshot_index(commit.snapshot)) == expected
 
 
 def test_idle_trim_after_work_and_not_more_often_than_asked() -> None:

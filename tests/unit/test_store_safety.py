@@ -15,12 +15,10 @@ from processor.records.outputs import (
     HISTORY_CHANGELOG_PREFIX,
     history_changelog_key,
 )
-from processor.runtimes.native import store as store_module
 from processor.runtimes.native.snapshot_cache import SnapshotCache
-from processor.runtimes.native.store import (
-    PartitionStore,
-    StoreFormatError,
-)
+from processor.runtimes.native.store import keys
+from processor.runtimes.native.store.keys import StoreFormatError
+from processor.runtimes.native.store.partition import PartitionStore
 from tests.unit.driver import Driver
 
 
@@ -38,11 +36,11 @@ def test_a_newer_layout_is_refused_and_an_older_one_rebuilt(
     _committed(store, "r1")
     store.close()
 
-    monkeypatch.setattr(store_module, "STORE_FORMAT", store_module.STORE_FORMAT - 1)
+    monkeypatch.setattr(keys, "STORE_FORMAT", keys.STORE_FORMAT - 1)
     with pytest.raises(StoreFormatError, match="newer than this worker"):
         PartitionStore(tmp_path / "p0")
 
-    monkeypatch.setattr(store_module, "STORE_FORMAT", store_module.STORE_FORMAT + 2)
+    monkeypatch.setattr(keys, "STORE_FORMAT", keys.STORE_FORMAT + 2)
     rebuilt = PartitionStore(tmp_path / "p0")  # an older layout: emptied, restore refills
     assert rebuilt.committed_snapshot("r1") is None and rebuilt.offset("changelog") is None
     rebuilt.close()
@@ -137,7 +135,7 @@ _RESTORE_THEN_DIE = """
 import os, sys
 from pathlib import Path
 from processor.records.outputs import snapshot_index
-from processor.runtimes.native.store import PartitionStore
+from processor.runtimes.native.store.partition import PartitionStore
 from tests.unit.driver import Driver
 
 store = PartitionStore(Path(sys.argv[1]))
@@ -187,11 +185,12 @@ def test_stores_report_rocksdbs_memory_by_kind(tmp_path: Path) -> None:
 _COMMIT_THEN_DIE = """
 import os, sys
 from pathlib import Path
-from processor.runtimes.native import store as store_module
+from processor.runtimes.native.store import options
+from processor.runtimes.native.store.partition import PartitionStore
 from tests.unit.driver import Driver
 
-store_module._WRITE_BUFFER_BYTES = 64 << 10  # memtables reach disk every few batches
-store = store_module.PartitionStore(Path(sys.argv[1]))
+options._WRITE_BUFFER_BYTES = 64 << 10  # memtables reach disk every few batches
+store = PartitionStore(Path(sys.argv[1]))
 for batch in range(1, int(sys.argv[2]) + 1):
     txn = store.begin()
     for n in range(20):
@@ -262,20 +261,21 @@ def test_one_cache_bounds_every_store_of_the_process(tmp_path: Path) -> None:
 
 
 def _slow_history_puts(key: bytes, value: bytes | None, header: bytes | None) -> object:
-    """What `_restore_aside` writes for a history record: the reference."""
+    """What `ChangelogBatch._aside` writes for a history record: the reference."""
     from processor.records.outputs import parse_history_changelog_key
-    from processor.runtimes.native.store import _committed_by, _history_key, _proposal_key
+    from processor.runtimes.native.store.changelog import committed_by
+    from processor.runtimes.native.store.keys import history_key, proposal_key
 
     try:
         run_id, revision = parse_history_changelog_key(key)
         if value is None:
             return "delete"
-        committed, proposal_id = _committed_by(value, header)
+        committed, proposal_id = committed_by(value, header)
         if committed != revision:
             return "unreadable"
         return (
-            _history_key(run_id, revision),
-            _proposal_key(run_id, proposal_id),
+            history_key(run_id, revision),
+            proposal_key(run_id, proposal_id),
             str(revision).encode(),
         )
     except (ValueError, KeyError, TypeError):
@@ -309,7 +309,7 @@ def test_history_fast_path_writes_what_the_checked_path_writes(
     the record to that path."""
     import struct
 
-    from processor.runtimes.native.store import _history_puts
+    from processor.runtimes.native.store.changelog import history_puts
 
     key = HISTORY_CHANGELOG_PREFIX + run + b"\x00" + struct.pack(">Q", revision)
     key = key[: len(key) - cut] if cut > 8 else key
@@ -320,7 +320,7 @@ def test_history_fast_path_writes_what_the_checked_path_writes(
     header = None if header is None else header + b" " + proposal
     value = b'{"revision": %d, "proposal_id": "p"}' % revision
     try:
-        fast: object = _history_puts(key, value, header)
+        fast: object = history_puts(key, value, header)
     except ValueError:  # restore counts the record unreadable
         fast = "unreadable"
     if fast is not None:

@@ -16,7 +16,7 @@ from processor.runtimes.errors import ClientBroken
 from processor.runtimes.native.commits import CommitPipeline, rewind
 from processor.runtimes.native.restore import RestoreJob
 from processor.runtimes.native.statedir import StateDir
-from processor.runtimes.native.store import PartitionStore
+from processor.runtimes.native.store.partition import PartitionStore
 from processor.runtimes.native.stores import StoreRegistry
 from schemas.messages import RunSnapshot
 

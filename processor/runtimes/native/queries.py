@@ -10,7 +10,7 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 
 from processor.engine import Machine
-from processor.runtimes.native.store import InState
+from processor.runtimes.native.store.indexes import InState
 from processor.runtimes.native.worker import Worker
 from processor.serving import peers
 from processor.serving.api import RunRecord

@@ -28,7 +28,8 @@ from processor.kafka.readback import watermarks
 from processor.kafka.topics import TopicNames
 from processor.records.outputs import INDEX_HEADER, REVISION_HEADER, Headers
 from processor.runtimes.native.heap import give_back
-from processor.runtimes.native.store import ChangelogRecord, PartitionStore
+from processor.runtimes.native.store.changelog import ChangelogRecord
+from processor.runtimes.native.store.partition import PartitionStore
 
 log = logging.getLogger("runstate.restore")
 #: Records per store write and per consume call (were 5,000 and 1,000): fewer, larger

@@ -7,7 +7,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from processor.engine import Machine
-from processor.runtimes.native.store import InState, PartitionStore
+from processor.runtimes.native.store.indexes import InState
+from processor.runtimes.native.store.partition import PartitionStore
 from processor.serving.peers import StateStats
 
 

@@ -26,7 +26,8 @@ from processor.records.outputs import OutputRecord
 from processor.records.pipeline import Outcome
 from processor.runtimes.native.poison import Range
 from processor.runtimes.native.producer import CommitInFlight, TransactionalProducer
-from processor.runtimes.native.store import PartitionStore, PartitionTransaction, PreparedWrite
+from processor.runtimes.native.store.changes import PartitionTransaction, PreparedWrite
+from processor.runtimes.native.store.partition import PartitionStore
 from processor.runtimes.native.stores import StoreRegistry
 
 log = logging.getLogger("runstate.worker")

@@ -9,7 +9,7 @@ The loop; each job is a part of its own, which owns its state:
   with librdkafka's known hangs bounded;
 - `Assignment` (assignment.py): the group's callbacks, the restores they start, the lag;
 - `proposals_consumer` (consumer.py): the consumer's settings and rebalancing protocol;
-- `StoreRegistry` / `PartitionStore` (stores.py, store.py): the owned partitions' state;
+- `StoreRegistry` / `PartitionStore` (stores.py, store/): the owned partitions' state;
 - `Punctuator` (processor/records/punctuator.py, shared with the Faust runtime): due timers
   as records;
 - `Quarantine` (poison.py): records whose outcome the broker keeps refusing;
@@ -54,7 +54,7 @@ from processor.runtimes.native.poison import Quarantine
 from processor.runtimes.native.preflight import check_topics
 from processor.runtimes.native.snapshot_cache import SNAPSHOTS
 from processor.runtimes.native.statedir import StateDir, StateDirBusy
-from processor.runtimes.native.store import PartitionTransaction
+from processor.runtimes.native.store.changes import PartitionTransaction
 from processor.runtimes.native.stores import StoreRegistry
 from processor.runtimes.native.verifier import BatchVerifier
 from processor.serving.read_fence import ReadFence
