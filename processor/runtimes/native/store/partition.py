@@ -260,8 +260,7 @@ class PartitionStore:
         ):
             if run_id in changes.forgotten:
                 # Created again after it was forgotten: `_drop_run` deleted the old index
-                # entry in this very batch (an entry equal to the new one was left out
-                # of the index: found by the store property test).
+                # entry in this very batch, so the new one is written even when equal.
                 old = None
             snapshot = staged[run_id]
             index_state(
