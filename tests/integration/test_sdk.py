@@ -15,6 +15,7 @@ from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 from processor.client import (
     AsyncRunstateClient,
     KafkaSettings,
+    OutcomeWaiter,
     Rejected,
     Rejection,
     RejectionCode,
@@ -183,15 +184,11 @@ def test_the_waiter_keeps_only_what_its_client_waits_for(
         for pid in pids[-20:]:
             others.wait(pid, timeout=30)
         unclaimed = client.propose(mine, "start")  # registered, never waited for here
-        deadline = time.monotonic() + 20
-        while waiter.kept() < 1 or waiter.read < 2:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        # Read by now or soon: the others' outcomes in this partition, dropped.
-        eventually("the others' outcomes read", lambda: waiter.dropped() > 0 or None)
+        # Its outcome follows the others' in the partition: once it is read, so are they.
+        read, dropped = eventually("its start's outcome read", lambda: _counts(waiter, 2))
         assert waiter.kept() == 1  # only the unclaimed outcome of its own proposal
-        assert waiter.dropped() > 0  # the others' outcomes of the same partition
-        assert waiter.read - waiter.dropped() == 2  # its create, and the unclaimed start
+        assert dropped > 0  # the others' outcomes of the same partition
+        assert read - dropped == 2  # its create, and the unclaimed start
         assert waiter.read < 300  # the other partitions were never read
         assert isinstance(client.wait(unclaimed, timeout=5), Transition)
         assert waiter.kept() == 0
@@ -212,6 +209,14 @@ def test_unclaimed_outcomes_are_bounded(served: tuple[Env, WorkerProcess]) -> No
         assert isinstance(client.wait(pids[-1], timeout=30), Transition)
         with pytest.raises(LookupError, match="max_unclaimed"):
             client.wait(pids[0], timeout=1)
+
+
+def _counts(waiter: OutcomeWaiter, kept: int) -> tuple[int, int] | None:
+    """(read, dropped) as of one moment (the loop moves both under one lock), once at
+    least `kept` outcomes were read and not dropped; None until then."""
+    read = waiter.read
+    dropped = waiter.dropped()
+    return (read, dropped) if waiter.read == read and read - dropped >= kept else None
 
 
 def created_partition(client: RunstateClient, run_id: str) -> int:
