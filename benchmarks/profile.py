@@ -149,7 +149,16 @@ def _frame_stage(func: str, path: str) -> str | None:
         if name in ("authenticate", "reject_unproven"):
             return "authenticate"
         return "decode" if name in ("decode_proposal", "refuse", "_finite") else None
-    if path.endswith("processor/records/outputs.py") or name == "fit_commit":
+    if (
+        path.endswith(
+            (
+                "processor/records/outputs.py",
+                "processor/records/changelog_keys.py",
+                "processor/records/limits.py",
+            )
+        )
+        or name == "fit_commit"
+    ):
         return "encode"
     if _in_store(path) or path.endswith("native/stores.py"):
         return "store flush" if name in ("write", "flush", "_drop_run") else "stage"

@@ -6,9 +6,7 @@ disk is lost.
 The nodes share a cluster id and bootstrap a dynamic controller quorum (KIP-853:
 `controller.quorum.bootstrap.servers` and `kafka-storage format --initial-controllers`,
 every node a voter). Each has its own directory (`node-<id>/`: server.properties,
-kraft-logs/, broker.log), ports and JVM. Replication of the internal topics, and of
-topics created without their own, follows the cluster's size as `runstate topics
-create` does: min(3, N) replicas, `min.insync.replicas` from processor.kafka.topics.
+kraft-logs/, broker.log), ports and JVM.
 """
 
 import json
@@ -29,22 +27,19 @@ from rich.console import Console
 from processor.broker import coordinators
 from processor.broker.jars import BrokerError, ensure_tools
 from processor.broker.launcher import new_data_dir
+from processor.broker.nodes import ClusterNode, node_configs
+from processor.broker.quorum import Quorum, initial_controllers
 from processor.broker.server import (
-    LOOPBACK,
     Jvm,
-    ServerConfig,
     format_storage,
     free_ports,
     kill_process,
     new_uuid,
-    pid_alive,
-    run_tool,
     signal_group,
     spawn,
     stop_process,
     wait_started,
 )
-from processor.kafka.topics import default_replication, min_insync_replicas
 
 CLUSTER_FILE = "cluster.json"
 #: Each node's JVM heap (initial, maximum): three of them share a laptop or a CI runner.
@@ -52,76 +47,6 @@ NODE_HEAP = ("128m", "512m")
 #: Partitions of __consumer_offsets and __transaction_state: more than one, so the
 #: coordinators of different groups and transactional ids land on different nodes.
 INTERNAL_PARTITIONS = 3
-
-
-def internal_replication(brokers: int) -> tuple[int, int]:
-    """(replication factor, min.insync.replicas) of the internal topics and of topics
-    created without their own: the rule `runstate topics create` applies."""
-    replication = default_replication(brokers)
-    return replication, min_insync_replicas(replication) or 1
-
-
-def node_configs(
-    ports: list[tuple[int, int]], data_dir: Path, internal_partitions: int
-) -> list[ServerConfig]:
-    """One ServerConfig per node (ids 1..N) from its (client port, controller port)."""
-    replication, min_isr = internal_replication(len(ports))
-    controllers = ",".join(f"{LOOPBACK}:{controller}" for _, controller in ports)
-    return [
-        ServerConfig(
-            node_id=i,
-            port=port,
-            controller_port=controller,
-            controller_bootstrap=controllers,
-            log_dir=data_dir / f"node-{i}" / "kraft-logs",
-            internal_partitions=internal_partitions,
-            replication=replication,
-            min_isr=min_isr,
-        )
-        for i, (port, controller) in enumerate(ports, start=1)
-    ]
-
-
-def initial_controllers(configs: list[ServerConfig], directory_ids: list[str]) -> str:
-    """`--initial-controllers`: id@host:port:directory-id of every voter; the same
-    string formats every node, and a node's own directory id becomes its metadata log
-    directory's (so the voter set is known before anything starts)."""
-    return ",".join(
-        f"{c.node_id}@{LOOPBACK}:{c.controller_port}:{d}"
-        for c, d in zip(configs, directory_ids, strict=True)
-    )
-
-
-@dataclass
-class ClusterNode:
-    """One node: its id, ports, directory and (while it runs) its JVM's pid."""
-
-    node_id: int
-    port: int
-    controller_port: int
-    #: Its metadata log directory's id, half of its voter key (id, directory id).
-    directory_id: str
-    pid: int
-    dir: str
-
-    @property
-    def address(self) -> str:
-        return f"{LOOPBACK}:{self.port}"
-
-    @property
-    def config_path(self) -> Path:
-        return Path(self.dir) / "server.properties"
-
-    @property
-    def log_dir(self) -> Path:
-        return Path(self.dir) / "kraft-logs"
-
-    @property
-    def log_path(self) -> Path:
-        return Path(self.dir) / "broker.log"
-
-    def alive(self) -> bool:
-        return self.pid > 0 and pid_alive(self.pid)
 
 
 @dataclass
@@ -372,65 +297,6 @@ def _directory_id(log_dir: Path) -> str:
         if key.strip() == "directory.id":
             return value.strip()
     raise BrokerError(f"{log_dir}/meta.properties has no directory.id")
-
-
-class Quorum:
-    """The controller quorum's membership, through kafka-metadata-quorum (the tools
-    jar: librdkafka has no AddRaftVoter or RemoveRaftVoter)."""
-
-    def __init__(self, jvm: Jvm, tools: Path, bootstrap: str) -> None:
-        self.jvm, self.tools, self.bootstrap = jvm, tools, bootstrap
-
-    def voters(self) -> set[tuple[int, str]]:
-        """(node id, directory id) of every voter."""
-        out = self._run("describe", "--status")
-        for line in out.splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "CurrentVoters":
-                return {(v["id"], v["directoryId"]) for v in json.loads(value)}
-        raise BrokerError(f"kafka-metadata-quorum describe printed no voters:\n{out}")
-
-    def discard(self, node_id: int, directory_id: str) -> None:
-        """Remove that voter from the quorum, if it is one."""
-        if (node_id, directory_id) not in self.voters():
-            return
-        self._run(
-            "remove-controller",
-            "--controller-id",
-            str(node_id),
-            "--controller-directory-id",
-            directory_id,
-        )
-
-    def add(self, config: Path, deadline: float) -> None:
-        """Add the controller `config` describes; the leader refuses one that has not
-        caught up yet, so this retries until `deadline`."""
-        while True:
-            try:
-                self._run("add-controller", command_config=config)
-                return
-            except BrokerError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(1.0)
-
-    def _run(self, *args: str, command_config: Path | None = None) -> str:
-        config = ["--command-config", str(command_config)] if command_config else []
-        result = run_tool(
-            self.jvm,
-            "org.apache.kafka.tools.MetadataQuorumCommand",
-            "--bootstrap-server",
-            self.bootstrap,
-            *config,
-            *args,
-            tools=self.tools,
-        )
-        if result.returncode != 0:
-            raise BrokerError(
-                f"kafka-metadata-quorum {' '.join(args)} failed (exit {result.returncode}):"
-                f"\n{result.stdout}{result.stderr}"
-            )
-        return result.stdout
 
 
 def start_cluster(

@@ -30,12 +30,12 @@ from processor.trust.keyring import SigningKey, load_signing_key
 from schemas.codes import RejectionCode
 from schemas.messages import Heartbeat, Rejection, RunSnapshot, Transition
 
-from .aio import AsyncOutcomeWaiter, AsyncRunstateClient
+from .aio import AsyncRunstateClient
 from .core import DECISION_TTL_MS, MAX_UNCLAIMED, Outcome, OutcomeBook, approval_payload
 from .errors import OutcomeTimeout, Rejected, Timeout, Unavailable
 from .reader import RunReader
 from .sync import RunstateClient
-from .waiter import OutcomeWaiter
+from .waiter import AsyncOutcomeWaiter, OutcomeWaiter
 
 __all__ = [
     "DECISION_TTL_MS",

@@ -1,23 +1,20 @@
 """`AsyncRunstateClient`: the asyncio face of the SDK, on the same core as the blocking
 client.
 
-Outcomes are read by a `confluent_kafka.aio.AIOConsumer` in one task; a proposal's
-outcome resolves the future its `wait()` awaits. Proposals go through a plain
-`confluent_kafka.Producer` whose delivery reports resolve asyncio futures: the
-installed `AIOProducer` refuses headers in its batch mode (NotImplementedError), and a
-proposal's signature is in its headers. Reads from the workers' HTTP API and the lookup
-of an original transition are blocking and run in a thread.
+Outcomes come through an `AsyncOutcomeWaiter` (`waiter`). Proposals go through a
+plain `confluent_kafka.Producer` whose delivery reports resolve asyncio futures
+(`aio_deliveries`): the installed `AIOProducer` refuses headers in its batch mode
+(NotImplementedError), and a proposal's signature is in its headers. Reads from the
+workers' HTTP API and the lookup of an original transition are blocking and run in a
+thread.
 """
 
 import asyncio
-import contextlib
-import threading
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.aio import AIOConsumer
+from confluent_kafka import KafkaException, Producer
 
 from processor.engine.machine import Machine
 from processor.history.resume import ResumeView, continuation_payload, resume_view
@@ -26,182 +23,26 @@ from processor.kafka.topics import TopicNames
 from processor.trust.keyring import SigningKey
 from schemas.messages import RunSnapshot, Transition
 
+from .aio_deliveries import Deliveries
 from .core import (
     DECISION_TTL_MS,
     MAX_UNCLAIMED,
     Deadline,
     Outcome,
-    OutcomeBook,
     ProposalRecord,
-    answering_partitions,
     approval_payload,
     catalog,
-    consumer_config,
     create_payload,
     decision_event,
     duplicate_of,
-    parse_outcome,
     producer_config,
     proposal_record,
-    raw_proposal_id,
-    timeout_message,
     unavailable,
 )
-from .errors import Rejected, Timeout
+from .errors import Rejected
 from .lookup import committed_transition
 from .reader import RunReader
-from .waiter import Pins
-
-
-class AsyncOutcomeWaiter:
-    """The scoped waiter (see `processor.client.waiter`) for one event loop: reads the
-    output partitions of the runs registered through `expect`, keeps the outcomes of
-    registered proposal ids only, hands each over once."""
-
-    def __init__(
-        self, settings: KafkaSettings, topics: TopicNames, *, max_unclaimed: int = MAX_UNCLAIMED
-    ) -> None:
-        self._settings = settings
-        self._topics = topics
-        self._book = OutcomeBook(max_unclaimed)
-        self._pins = Pins(settings, topics)
-        self._followed: dict[tuple[str, int], int] = {}
-        self._to_assign: list[TopicPartition] = []
-        self._waiting: dict[str, asyncio.Future[Outcome]] = {}
-        self._consumer = AIOConsumer(consumer_config(settings), max_workers=2)
-        self._task = asyncio.get_running_loop().create_task(self._loop(), name="runstate-outcomes")
-        self._error: BaseException | None = None
-        self._partitions: int | None = None
-        self.read = 0
-
-    async def expect(self, run_id: str, proposal_id: str, timeout: float) -> None:
-        """Register interest in a proposal of `run_id` before it is produced."""
-        self._book.expect(proposal_id)
-        if self._partitions is not None and all(
-            tp in self._followed
-            for tp in answering_partitions(self._topics, run_id.encode(), self._partitions)
-        ):
-            return  # already pinned: no thread needed
-        new = await asyncio.to_thread(
-            self._pins.pin, run_id.encode(), self._followed, Deadline(timeout)
-        )
-        self._partitions = self._pins.known_partitions  # read by pin(), never None here
-        self._to_assign.extend(new)
-
-    def expecting(self, proposal_id: str) -> bool:
-        return self._book.expecting(proposal_id)
-
-    async def partitions(self, timeout: float) -> int:
-        if self._partitions is None:
-            self._partitions = await asyncio.to_thread(self._pins.partitions, Deadline(timeout))
-        return self._partitions
-
-    async def _loop(self) -> None:
-        try:
-            while True:
-                assign, self._to_assign = self._to_assign, []
-                if assign:
-                    await self._consumer.incremental_assign(assign)
-                batch: list[Message] = await self._consumer.consume(
-                    num_messages=1_000, timeout=0.05
-                )
-                for msg in batch:
-                    if msg.error() is not None:
-                        continue
-                    self.read += 1
-                    value = msg.value() or b""
-                    if not self._book.wanted(raw_proposal_id(value)):
-                        self._book.dropped += 1  # nobody registered it: dropped unparsed
-                        continue
-                    outcome = parse_outcome(self._topics, msg.topic() or "", value)
-                    if self._book.offer(outcome) and outcome.proposal_id in self._waiting:
-                        self._hand_over(outcome.proposal_id)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # surfaced to waiters rather than lost in a task
-            self._error = exc
-            for future in self._waiting.values():
-                if not future.done():
-                    future.set_exception(exc)
-
-    def _hand_over(self, proposal_id: str) -> None:
-        future = self._waiting.pop(proposal_id)
-        outcome = self._book.take(proposal_id)
-        if outcome is not None and not future.done():
-            future.set_result(outcome)
-
-    async def wait(self, proposal_id: str, timeout: float) -> Outcome:
-        """The proposal's outcome, handed over once."""
-        if self._error is not None:
-            raise self._error
-        outcome = self._book.take(proposal_id)
-        if outcome is not None:
-            return outcome
-        if not self._book.expecting(proposal_id):
-            raise LookupError(
-                f"proposal '{proposal_id}' is not awaited here: it was not proposed through "
-                "this client, its outcome was already handed over, or more than "
-                f"{self._book.capacity} proposals went unclaimed since (max_unclaimed=)"
-            )
-        future = self._waiting.setdefault(proposal_id, asyncio.get_running_loop().create_future())
-        try:
-            return await asyncio.wait_for(asyncio.shield(future), timeout)
-        except TimeoutError:
-            raise Timeout(timeout_message(proposal_id, timeout)) from None
-        finally:
-            if future.done() or self._waiting.get(proposal_id) is future:
-                self._waiting.pop(proposal_id, None)
-
-    def kept(self) -> int:
-        return len(self._book)
-
-    def dropped(self) -> int:
-        return self._book.dropped
-
-    def followed(self) -> list[tuple[str, int]]:
-        return sorted(self._followed)
-
-    async def close(self) -> None:
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-        await self._consumer.close()
-        await asyncio.to_thread(self._pins.close)
-
-
-class _Deliveries:
-    """A producer's delivery reports, polled on a thread of their own and handed to the
-    event loop as the results of futures."""
-
-    def __init__(self, producer: Producer, loop: asyncio.AbstractEventLoop) -> None:
-        self._producer = producer
-        self._loop = loop
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, name="runstate-deliveries", daemon=True)
-        self._thread.start()
-
-    def _poll(self) -> None:
-        while not self._stop.is_set():
-            self._producer.poll(0.05)
-
-    def reporter(self, future: "asyncio.Future[None]") -> Any:
-        def on_delivery(err: KafkaError | None, _msg: Message) -> None:
-            self._loop.call_soon_threadsafe(_settle, future, err)
-
-        return on_delivery
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-
-def _settle(future: "asyncio.Future[None]", err: KafkaError | None) -> None:
-    if future.done():
-        return
-    if err is None:
-        future.set_result(None)
-    else:
-        future.set_exception(KafkaException(err))
+from .waiter import AsyncOutcomeWaiter
 
 
 class AsyncRunstateClient:
@@ -237,7 +78,7 @@ class AsyncRunstateClient:
         self.max_unclaimed = max_unclaimed
         self.reader = RunReader(worker_urls, http_token=http_token, timeout=min(timeout, 10.0))
         self._producer: Producer | None = None
-        self._deliveries: _Deliveries | None = None
+        self._deliveries: Deliveries | None = None
         self._waiter: AsyncOutcomeWaiter | None = None
         self._pending: set[asyncio.Future[None]] = set()
         self._delivery_error: BaseException | None = None
@@ -254,10 +95,10 @@ class AsyncRunstateClient:
     ) -> None:
         await self.close()
 
-    def _started(self) -> tuple[Producer, _Deliveries, AsyncOutcomeWaiter]:
+    def _started(self) -> tuple[Producer, Deliveries, AsyncOutcomeWaiter]:
         if self._producer is None or self._deliveries is None or self._waiter is None:
             self._producer = Producer(producer_config(self.settings, self.timeout))
-            self._deliveries = _Deliveries(self._producer, asyncio.get_running_loop())
+            self._deliveries = Deliveries(self._producer, asyncio.get_running_loop())
             self._waiter = AsyncOutcomeWaiter(
                 self.settings, self.topics, max_unclaimed=self.max_unclaimed
             )

@@ -1,5 +1,7 @@
-"""The blocking outcome waiter: one consumer thread hands each outcome to whoever waits
-for its proposal id.
+"""The outcome waiters: the blocking one (one consumer thread hands each outcome to
+whoever waits for its proposal id) and the asyncio one (a
+`confluent_kafka.aio.AIOConsumer` read in one task; a proposal's outcome resolves the
+future its `wait()` awaits).
 
 A client's waiter is scoped: it reads only the output partitions of the runs the client
 proposes for, each assigned when a run of it is first proposed for, at an offset read
@@ -10,11 +12,14 @@ constructed directly, as tools and the demo do) reads every partition from the m
 it starts and keeps every outcome, at most `max_unclaimed` of them.
 """
 
+import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Callable
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka.aio import AIOConsumer
 
 from processor.kafka.config import KafkaSettings
 from processor.kafka.readback import watermarks
@@ -275,3 +280,119 @@ class OutcomeWaiter:
         self._stop.set()
         self._thread.join(10)
         self._pins.close()
+
+
+class AsyncOutcomeWaiter:
+    """The scoped waiter for one event loop: reads the output partitions of the runs
+    registered through `expect`, keeps the outcomes of registered proposal ids only,
+    hands each over once."""
+
+    def __init__(
+        self, settings: KafkaSettings, topics: TopicNames, *, max_unclaimed: int = MAX_UNCLAIMED
+    ) -> None:
+        self._settings = settings
+        self._topics = topics
+        self._book = OutcomeBook(max_unclaimed)
+        self._pins = Pins(settings, topics)
+        self._followed: dict[tuple[str, int], int] = {}
+        self._to_assign: list[TopicPartition] = []
+        self._waiting: dict[str, asyncio.Future[Outcome]] = {}
+        self._consumer = AIOConsumer(consumer_config(settings), max_workers=2)
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name="runstate-outcomes")
+        self._error: BaseException | None = None
+        self._partitions: int | None = None
+        self.read = 0
+
+    async def expect(self, run_id: str, proposal_id: str, timeout: float) -> None:
+        """Register interest in a proposal of `run_id` before it is produced."""
+        self._book.expect(proposal_id)
+        if self._partitions is not None and all(
+            tp in self._followed
+            for tp in answering_partitions(self._topics, run_id.encode(), self._partitions)
+        ):
+            return  # already pinned: no thread needed
+        new = await asyncio.to_thread(
+            self._pins.pin, run_id.encode(), self._followed, Deadline(timeout)
+        )
+        self._partitions = self._pins.known_partitions  # read by pin(), never None here
+        self._to_assign.extend(new)
+
+    def expecting(self, proposal_id: str) -> bool:
+        return self._book.expecting(proposal_id)
+
+    async def partitions(self, timeout: float) -> int:
+        if self._partitions is None:
+            self._partitions = await asyncio.to_thread(self._pins.partitions, Deadline(timeout))
+        return self._partitions
+
+    async def _loop(self) -> None:
+        try:
+            while True:
+                assign, self._to_assign = self._to_assign, []
+                if assign:
+                    await self._consumer.incremental_assign(assign)
+                batch: list[Message] = await self._consumer.consume(
+                    num_messages=1_000, timeout=0.05
+                )
+                for msg in batch:
+                    if msg.error() is not None:
+                        continue
+                    self.read += 1
+                    value = msg.value() or b""
+                    if not self._book.wanted(raw_proposal_id(value)):
+                        self._book.dropped += 1  # nobody registered it: dropped unparsed
+                        continue
+                    outcome = parse_outcome(self._topics, msg.topic() or "", value)
+                    if self._book.offer(outcome) and outcome.proposal_id in self._waiting:
+                        self._hand_over(outcome.proposal_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # surfaced to waiters rather than lost in a task
+            self._error = exc
+            for future in self._waiting.values():
+                if not future.done():
+                    future.set_exception(exc)
+
+    def _hand_over(self, proposal_id: str) -> None:
+        future = self._waiting.pop(proposal_id)
+        outcome = self._book.take(proposal_id)
+        if outcome is not None and not future.done():
+            future.set_result(outcome)
+
+    async def wait(self, proposal_id: str, timeout: float) -> Outcome:
+        """The proposal's outcome, handed over once."""
+        if self._error is not None:
+            raise self._error
+        outcome = self._book.take(proposal_id)
+        if outcome is not None:
+            return outcome
+        if not self._book.expecting(proposal_id):
+            raise LookupError(
+                f"proposal '{proposal_id}' is not awaited here: it was not proposed through "
+                "this client, its outcome was already handed over, or more than "
+                f"{self._book.capacity} proposals went unclaimed since (max_unclaimed=)"
+            )
+        future = self._waiting.setdefault(proposal_id, asyncio.get_running_loop().create_future())
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), timeout)
+        except TimeoutError:
+            raise Timeout(timeout_message(proposal_id, timeout)) from None
+        finally:
+            if future.done() or self._waiting.get(proposal_id) is future:
+                self._waiting.pop(proposal_id, None)
+
+    def kept(self) -> int:
+        return len(self._book)
+
+    def dropped(self) -> int:
+        return self._book.dropped
+
+    def followed(self) -> list[tuple[str, int]]:
+        return sorted(self._followed)
+
+    async def close(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        await self._consumer.close()
+        await asyncio.to_thread(self._pins.close)

@@ -28,7 +28,7 @@ from processor.kafka.config import KafkaSettings
 from processor.kafka.partitioning import partition_for
 from processor.kafka.readback import offset_for_time, read_partition
 from processor.kafka.topics import TopicDefaults, TopicNames, provision_topics
-from processor.records.outputs import (
+from processor.records.changelog_keys import (
     INDEX_HEADER,
     REVISION_HEADER,
     answer_changelog_key,

@@ -5,184 +5,38 @@ topic accepts is cut down (a prefix of the original bytes, with their length and
 SHA-256; a detail cut short), so that no input, however large, can make the broker
 refuse an outcome. A commit's records are bounded before that, by the pipeline's
 `max_state_bytes` rule and by `CommitLimits` (what one commit writes to a topic fits one
-batch of it), and the worker checks at start that its topics take them. The producer's
-`batch.size` is kept to the smallest batch a topic it writes takes
-(`RecordLimits.batch_size`), so that no batch of several records is refused either.
+batch of it), and the worker checks at start that its topics take them.
 """
 
 import base64
 import hashlib
-import json
 import logging
-import struct
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from processor.engine import Beat, Commit, Forget, Relay
 from processor.kafka.topics import TopicNames
+from processor.records.changelog_keys import (
+    FIRED_CHANGELOG_PREFIX,
+    INDEX_HEADER,
+    REVISION_HEADER,
+    answer_changelog_key,
+    history_changelog_key,
+    revision_header,
+    snapshot_index,
+)
+from processor.records.limits import HEADER_FRAMING, RECORD_FRAMING, UNLIMITED, RecordLimits
 from processor.records.pipeline import DeadLetterReason, Outcome
-from schemas.messages import DeadLetter, Proposal, Rejection, RunSnapshot, Transition
+from schemas.messages import DeadLetter, Proposal, Rejection
 
 log = logging.getLogger(__name__)
 
-#: librdkafka's default `message.max.bytes`: the largest record a producer sends.
-DEFAULT_MESSAGE_MAX_BYTES = 1_000_000
-#: librdkafka's default `batch.size`: how many bytes of records it packs into one batch.
-DEFAULT_BATCH_SIZE = 1_000_000
-#: Room kept in a record for its headers and the record and batch framing.
-RECORD_OVERHEAD = 1024
-#: A record batch's bytes around its records (the v2 header is 61 bytes; the broker checks
-#: the whole batch against `max.message.bytes`), rounded up.
-BATCH_FRAMING = 128
-#: A record's bytes around its key, value and headers, at most: its length, attributes,
-#: timestamp and offset deltas, and the key, value and header-count lengths (varints).
-RECORD_FRAMING = 40
-#: A header's bytes around its name and value, at most (two varint lengths).
-HEADER_FRAMING = 10
 #: Longest record key an output keeps; a longer original key is left out (its bytes are
 #: in the DLQ record).
 MAX_OUTPUT_KEY_BYTES = 1024
 MAX_ERROR_CHARS = 2048
 #: Of a truncated DLQ record, at most this much of the original key is kept.
 _KEY_PREFIX_BYTES = 256
-
-
-#: Headers of a commit's records that carry what a partition store's indexes need, so a
-#: restore reads them without decoding the record: the run's machine, state, time of
-#: entry and timers on its changelog record; the revision and the proposal id, as
-#: "<revision> <proposal id>", on its transition record.
-INDEX_HEADER = "runstate-index"
-REVISION_HEADER = "runstate-revision"
-
-
-def revision_header(transition: Transition) -> bytes:
-    return f"{transition.revision} {transition.proposal_id}".encode()
-
-
-def parse_revision_header(raw: bytes) -> tuple[int, str | None]:
-    """(revision, proposal id) of a REVISION_HEADER value; the proposal id is None in
-    records written before it was added. ValueError when it is not one."""
-    revision, _, proposal_id = raw.partition(b" ")
-    return int(revision), (proposal_id.decode() if proposal_id else None)
-
-
-#: (machine, state, entered_state_at_ms) and [(due_at_ms, revision, name), ...]
-Where = tuple[str, str, int]
-TimerMarks = list[tuple[int, int, str]]
-
-
-#: Changelog keys that are not a run's snapshot start with NUL (no run id does):
-#: fired marks (this prefix + run id) and the run's history (this prefix + run id + NUL +
-#: revision, 8 bytes big-endian; the transition as published, so a restore needs only
-#: the changelog, and a forgotten run's tombstones leave nothing of it to read).
-FIRED_CHANGELOG_PREFIX = b"\x00fired\x00"
-HISTORY_CHANGELOG_PREFIX = b"\x00history\x00"
-#: A refusal the run remembers as its answer to a proposal id (`content_digest` set):
-#: this prefix + run id + NUL + proposal id -> the rejection as published.
-ANSWER_CHANGELOG_PREFIX = b"\x00answer\x00"
-
-
-def answers_changelog_prefix(run_id: str) -> bytes:
-    return ANSWER_CHANGELOG_PREFIX + run_id.encode() + b"\x00"
-
-
-def answer_changelog_key(run_id: str, proposal_id: str) -> bytes:
-    return answers_changelog_prefix(run_id) + proposal_id.encode()
-
-
-def parse_answer_changelog_key(key: bytes) -> tuple[str, str]:
-    """(run id, proposal id) of an answer key; ValueError when it is not one. Run ids
-    hold no control characters, so the first NUL after the prefix ends the run id."""
-    run_id, nul, proposal_id = key[len(ANSWER_CHANGELOG_PREFIX) :].partition(b"\x00")
-    if not key.startswith(ANSWER_CHANGELOG_PREFIX) or not nul:
-        raise ValueError(f"not an answer key: {key[:80]!r}")
-    return run_id.decode(), proposal_id.decode()
-
-
-def history_changelog_key(run_id: str, revision: int) -> bytes:
-    return HISTORY_CHANGELOG_PREFIX + run_id.encode() + b"\x00" + struct.pack(">Q", revision)
-
-
-def parse_history_changelog_key(key: bytes) -> tuple[str, int]:
-    """(run id, revision) of a history key; ValueError when it is not one."""
-    rest = key[len(HISTORY_CHANGELOG_PREFIX) :]
-    if not key.startswith(HISTORY_CHANGELOG_PREFIX) or len(rest) < 10 or rest[-9:-8] != b"\x00":
-        raise ValueError(f"not a history key: {key[:80]!r}")
-    return rest[:-9].decode(), struct.unpack(">Q", rest[-8:])[0]
-
-
-def is_run_key(key: bytes | None) -> bool:
-    """Whether a changelog key is a run's (its snapshot). The other records there (fired
-    marks, the Faust runtime's proposal ids) have keys that start with NUL, which no run
-    id does (identifiers hold no control characters)."""
-    return key is not None and key[:1] not in (b"", b"\x00")
-
-
-def snapshot_index(snapshot: RunSnapshot) -> bytes:
-    """The INDEX_HEADER value of a snapshot's changelog record: compact JSON, the bytes
-    `json.dumps([machine, state, entered, [[due, revision, name], ...]],
-    separators=(",", ":"))` writes, put together by hand (a commit writes one, and
-    json.dumps took 3.6 us of it)."""
-    timers = ",".join(
-        f"[{t.due_at_ms:d},{t.revision:d},{_json_str(t.name)}]" for t in snapshot.timers
-    )
-    return (
-        f"[{_json_str(snapshot.machine)},{_json_str(snapshot.state)},"
-        f"{snapshot.entered_state_at_ms:d},[{timers}]]"
-    ).encode()
-
-
-#: A str as JSON, as json.dumps writes it (ASCII, escaped): the json module's C function.
-_json_str = json.encoder.encode_basestring_ascii
-
-
-def parse_index(raw: bytes) -> tuple[Where, TimerMarks]:
-    """An INDEX_HEADER value back; ValueError when it is not one."""
-    machine, state, entered, timers = json.loads(raw)
-    if not (isinstance(machine, str) and isinstance(state, str) and isinstance(entered, int)):
-        raise ValueError(f"not an index header: {raw[:80]!r}")
-    return (machine, state, entered), [(int(d), int(r), str(n)) for d, r, n in timers]
-
-
-@dataclass(frozen=True)
-class RecordLimits:
-    """The largest record value, key included, each output topic takes: the topic's
-    `max.message.bytes` or the producer's `message.max.bytes`, whichever is smaller,
-    less `RECORD_OVERHEAD`; and the most bytes of records, framing included, one batch of
-    it holds (`batches`: that smaller limit less `BATCH_FRAMING`). Topics not named take
-    the producer's default."""
-
-    by_topic: Mapping[str, int] = field(default_factory=dict)
-    default: int = DEFAULT_MESSAGE_MAX_BYTES - RECORD_OVERHEAD
-    batches: Mapping[str, int] = field(default_factory=dict)
-    default_batch: int = DEFAULT_MESSAGE_MAX_BYTES - BATCH_FRAMING
-
-    def of(self, topic: str) -> int:
-        return self.by_topic.get(topic, self.default)
-
-    def batch(self, topic: str) -> int:
-        """The bytes of records (`record_bytes`) one batch of `topic` holds at most."""
-        return self.batches.get(topic, self.default_batch)
-
-    def batch_size(self, configured: int = DEFAULT_BATCH_SIZE) -> int:
-        """The producer's `batch.size`: the `configured` one, or less when a topic it
-        writes takes smaller batches. The broker checks a whole batch against the topic's
-        `max.message.bytes`, and a producer packs one partition's records into one batch
-        up to `batch.size` (one record larger than that goes alone, and `of` bounds it)."""
-        return max(1, min(configured, self.default_batch, *self.batches.values()))
-
-    @classmethod
-    def learn(cls, topics: Mapping[str, int], producer_max: int) -> "RecordLimits":
-        """From each topic's `max.message.bytes` and the producer's `message.max.bytes`."""
-        return cls(
-            {topic: min(size, producer_max) - RECORD_OVERHEAD for topic, size in topics.items()},
-            producer_max - RECORD_OVERHEAD,
-            {topic: min(size, producer_max) - BATCH_FRAMING for topic, size in topics.items()},
-            producer_max - BATCH_FRAMING,
-        )
-
-
-UNLIMITED = RecordLimits()
 
 
 def _b64(raw: bytes | None) -> str | None:

@@ -14,7 +14,8 @@ from processor.engine.lint import TIMER_AUTHORITY
 from processor.engine.timers import timer_proposal_id
 from processor.kafka.partitioning import partition_for
 from processor.kafka.topics import TopicNames
-from processor.records.outputs import FIRED_CHANGELOG_PREFIX, OutputRecord
+from processor.records.changelog_keys import FIRED_CHANGELOG_PREFIX
+from processor.records.outputs import OutputRecord
 from processor.runtimes.errors import WorkerError
 from processor.trust.keyring import Keyring, KeyringError, SigningKey, load_signing_key
 from processor.trust.signatures import ed25519_public_key

@@ -30,7 +30,7 @@ from processor.kafka.config import KafkaSettings
 from processor.kafka.partitioning import partition_for
 from processor.kafka.readback import read_topics
 from processor.machines import builtin_machines
-from processor.records.outputs import is_run_key
+from processor.records.changelog_keys import is_run_key
 from processor.records.pipeline import DeadLetterReason
 from processor.trust.signatures import HEADER_KEY_ID
 from schemas.codes import RejectionCode

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from benchmarks.records import Headers, RawRecord
 from processor.engine.timers import timer_proposal_id
 from processor.machines import builtin_machines
-from processor.records.outputs import FIRED_CHANGELOG_PREFIX
+from processor.records.changelog_keys import FIRED_CHANGELOG_PREFIX
 from processor.trust.keyring import Keyring, SigningKey, signing_key_from
 from processor.trust.signatures import HEADER_KEY_ID, HEADER_SIGNATURE
 from schemas.codes import RejectionCode

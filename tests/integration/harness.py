@@ -22,8 +22,8 @@ from processor.kafka.config import KafkaSettings
 from processor.kafka.readback import read_topics
 from processor.kafka.topics import TopicNames
 from processor.machines import builtin_machines
+from processor.records.changelog_keys import is_run_key
 from processor.records.intake import TimestampType
-from processor.records.outputs import is_run_key
 from processor.records.pipeline import Outcome, Placement, RunsInMemory, decide_record
 from processor.runtimes.native.process import WorkerProcess as ProductWorkerProcess
 from processor.trust.keyring import (

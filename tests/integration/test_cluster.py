@@ -14,13 +14,14 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     NewTopic,
 )
 
-from processor.broker.cluster import Cluster, Quorum
+from processor.broker.cluster import Cluster
 from processor.broker.coordinators import (
     TRANSACTION_STATE,
     coordinator_partition,
     java_string_hash,
 )
 from processor.broker.jars import ensure_tools
+from processor.broker.quorum import Quorum
 from processor.broker.server import Jvm, run_tool
 from processor.cli.main import cli
 from processor.kafka.topics import TopicNames, TopicPlan, create_topics, topic_configs

@@ -44,7 +44,7 @@ def _answers(env: Env) -> dict[bytes, bytes]:
     """The changelog's answer records of live runs (key -> the rejection), the latest per key."""
     from processor.kafka.config import KafkaSettings
     from processor.kafka.readback import read_partitions
-    from processor.records.outputs import ANSWER_CHANGELOG_PREFIX
+    from processor.records.changelog_keys import ANSWER_CHANGELOG_PREFIX
 
     found: dict[bytes, bytes] = {}
     for records in read_partitions(KafkaSettings(env.bootstrap), env.topics.changelog).values():

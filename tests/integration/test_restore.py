@@ -14,7 +14,7 @@ from confluent_kafka import Producer
 
 from processor.kafka.partitioning import partition_for
 from processor.kafka.topics import TopicNames
-from processor.records.outputs import INDEX_HEADER, snapshot_index
+from processor.records.changelog_keys import INDEX_HEADER, snapshot_index
 from schemas.messages import Transition
 from tests.integration.harness import Env, WorkerProcess, make_env
 from tests.unit.driver import Driver

@@ -12,7 +12,7 @@ import rfc8785
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from processor.records.outputs import parse_index, snapshot_index
+from processor.records.changelog_keys import parse_index, snapshot_index
 from schemas import Principal
 from schemas.audit import (
     _canonical,

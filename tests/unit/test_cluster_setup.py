@@ -6,14 +6,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from processor.broker.cluster import (
-    Cluster,
-    ClusterNode,
-    initial_controllers,
-    internal_replication,
-    node_configs,
-)
+from processor.broker.cluster import Cluster
 from processor.broker.coordinators import coordinator_partition, java_string_hash, kafka_abs
+from processor.broker.nodes import ClusterNode, internal_replication, node_configs
+from processor.broker.quorum import initial_controllers
 from processor.broker.server import ServerConfig
 
 # (key, String.hashCode(), Utils.abs(h) % 3, Utils.abs(h) % 50), printed by Kafka 4.1.1's

@@ -12,13 +12,8 @@ from hypothesis import strategies as st
 
 from processor.engine import Commit
 from processor.kafka.topics import TopicNames
-from processor.records.outputs import (
-    CommitLimits,
-    OutputRecord,
-    RecordLimits,
-    commit_records,
-    record_bytes,
-)
+from processor.records.limits import RecordLimits
+from processor.records.outputs import CommitLimits, OutputRecord, commit_records, record_bytes
 from processor.records.pipeline import fit_commit
 from schemas.codes import RejectionCode
 from schemas.messages import Principal, Rejection, RunSnapshot, Timer, Transition

@@ -4,7 +4,7 @@
 import pytest
 
 from processor.kafka.topics import TopicNames
-from processor.records.outputs import FIRED_CHANGELOG_PREFIX
+from processor.records.changelog_keys import FIRED_CHANGELOG_PREFIX
 from processor.records.punctuator import Fired, Punctuator
 from processor.runtimes.faust.timers import DueIndex, TableTimers, fired_key
 from processor.trust.keyring import SigningKey

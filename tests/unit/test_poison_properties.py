@@ -29,17 +29,14 @@ from processor.engine.parse import parse_machine
 from processor.kafka.partitioning import partition_for
 from processor.kafka.topics import TopicNames
 from processor.machines import builtin_machines, builtin_source
-from processor.records.intake import Headers
-from processor.records.outputs import (
+from processor.records.changelog_keys import (
     FIRED_CHANGELOG_PREFIX,
-    MAX_OUTPUT_KEY_BYTES,
-    OutputRecord,
-    RecordLimits,
-    Source,
     answer_changelog_key,
     history_changelog_key,
-    outcome_records,
 )
+from processor.records.intake import Headers
+from processor.records.limits import RecordLimits
+from processor.records.outputs import MAX_OUTPUT_KEY_BYTES, OutputRecord, Source, outcome_records
 from processor.records.pipeline import (
     Admitted,
     DeadLetterReason,

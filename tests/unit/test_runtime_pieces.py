@@ -263,7 +263,7 @@ def test_restore_reads_index_fields_from_the_header_as_from_the_record() -> None
     """Restore reads a snapshot's index fields from its changelog record's header (not
     decoding the record), and from the record only when it has no header; both agree,
     whatever a step's free-form result holds."""
-    from processor.records.outputs import snapshot_index
+    from processor.records.changelog_keys import snapshot_index
     from processor.runtimes.native.store.changelog import index_fields
     from tests.unit.driver import Driver
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processor.records.outputs import (
+from processor.records.changelog_keys import (
     FIRED_CHANGELOG_PREFIX,
     HISTORY_CHANGELOG_PREFIX,
     history_changelog_key,
@@ -262,7 +262,7 @@ def test_one_cache_bounds_every_store_of_the_process(tmp_path: Path) -> None:
 
 def _slow_history_puts(key: bytes, value: bytes | None, header: bytes | None) -> object:
     """What `ChangelogBatch._aside` writes for a history record: the reference."""
-    from processor.records.outputs import parse_history_changelog_key
+    from processor.records.changelog_keys import parse_history_changelog_key
     from processor.runtimes.native.store.changelog import committed_by
     from processor.runtimes.native.store.keys import history_key, proposal_key
 

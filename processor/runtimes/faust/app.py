@@ -39,7 +39,7 @@ import faust
 from faust.types import TP
 
 from processor.kafka.config import WorkerConfig
-from processor.records.outputs import UNLIMITED, RecordLimits
+from processor.records.limits import UNLIMITED, RecordLimits
 from processor.records.punctuator import Punctuator, timer_key
 from processor.records.stats import OutcomeStats
 from processor.runtimes.faust import datadir_of

@@ -18,16 +18,10 @@ from processor.engine.answers import Answer, committed_digest
 from processor.kafka.config import WorkerConfig
 from processor.observe.logs import log_outcomes, logged
 from processor.observe.metrics import MetricsBatch, WorkerMetrics
+from processor.records.changelog_keys import answer_changelog_key, answers_changelog_prefix
 from processor.records.intake import TimestampType
-from processor.records.outputs import (
-    CommitLimits,
-    OutputRecord,
-    RecordLimits,
-    Source,
-    answer_changelog_key,
-    answers_changelog_prefix,
-    publishable,
-)
+from processor.records.limits import RecordLimits
+from processor.records.outputs import CommitLimits, OutputRecord, Source, publishable
 from processor.records.pipeline import (
     DeadLetterReason,
     Outcome,

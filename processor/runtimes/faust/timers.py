@@ -33,7 +33,7 @@ import faust
 from faust.types import TopicT
 
 from processor.observe.metrics import WorkerMetrics
-from processor.records.outputs import FIRED_CHANGELOG_PREFIX
+from processor.records.changelog_keys import FIRED_CHANGELOG_PREFIX
 from processor.records.punctuator import NOT_FIRED, Fired, Punctuator
 from processor.records.stats import OutcomeStats
 from processor.runtimes.faust.observe import Entered, PartitionIndexes, StateIndex

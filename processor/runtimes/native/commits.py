@@ -20,7 +20,8 @@ from confluent_kafka.admin import AdminClient
 
 from processor.kafka.config import WorkerConfig
 from processor.observe.metrics import WorkerMetrics
-from processor.records.outputs import DEFAULT_BATCH_SIZE, UNLIMITED, CommitLimits, RecordLimits
+from processor.records.limits import DEFAULT_BATCH_SIZE, UNLIMITED, RecordLimits
+from processor.records.outputs import CommitLimits
 from processor.runtimes.errors import ClientBroken, ClientHung
 from processor.runtimes.native.poison import Quarantine, is_record_error
 from processor.runtimes.native.preflight import batch_size, learn_limits

@@ -11,12 +11,8 @@ from confluent_kafka.admin import AdminClient
 
 from processor.kafka.config import KafkaSettings, WorkerConfig
 from processor.kafka.topics import TopicNames, describe_topics, max_message_bytes, plan_topics
-from processor.records.outputs import (
-    DEFAULT_MESSAGE_MAX_BYTES,
-    FIRED_CHANGELOG_PREFIX,
-    RECORD_OVERHEAD,
-    RecordLimits,
-)
+from processor.records.changelog_keys import FIRED_CHANGELOG_PREFIX
+from processor.records.limits import DEFAULT_MESSAGE_MAX_BYTES, RECORD_OVERHEAD, RecordLimits
 from processor.runtimes.errors import WorkerError
 from schemas.identifiers import MAX_RUN_ID_BYTES
 

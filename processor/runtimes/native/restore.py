@@ -26,7 +26,8 @@ from confluent_kafka import (
 from processor.kafka.config import KafkaSettings
 from processor.kafka.readback import watermarks
 from processor.kafka.topics import TopicNames
-from processor.records.outputs import INDEX_HEADER, REVISION_HEADER, Headers
+from processor.records.changelog_keys import INDEX_HEADER, REVISION_HEADER
+from processor.records.outputs import Headers
 from processor.runtimes.native.heap import give_back
 from processor.runtimes.native.store.changelog import ChangelogRecord
 from processor.runtimes.native.store.partition import PartitionStore

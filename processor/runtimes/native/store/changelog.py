@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from rocksdict import WriteBatch
 
-from processor.records.outputs import (
+from processor.records.changelog_keys import (
     ANSWER_CHANGELOG_PREFIX,
     FIRED_CHANGELOG_PREFIX,
     HISTORY_CHANGELOG_PREFIX,

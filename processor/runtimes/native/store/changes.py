@@ -11,7 +11,7 @@ from rocksdict import WriteBatch
 
 from processor.engine import Beat, Commit
 from processor.engine.answers import Answer, committed_digest
-from processor.records.outputs import answer_changelog_key
+from processor.records.changelog_keys import answer_changelog_key
 from processor.records.punctuator import NOT_FIRED, Fired
 from schemas.messages import Rejection, RunSnapshot, Transition
 

@@ -24,7 +24,7 @@ from typing import Any
 from rocksdict import WriteBatch
 
 from processor.engine.answers import Answer, committed_digest
-from processor.records.outputs import answer_changelog_key
+from processor.records.changelog_keys import answer_changelog_key
 from processor.records.punctuator import NOT_FIRED, Fired
 from processor.runtimes.native.snapshot_cache import SNAPSHOTS, SnapshotCache
 from processor.runtimes.native.store.changelog import ChangelogBatch, ChangelogRecord
