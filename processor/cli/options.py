@@ -3,17 +3,15 @@
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import click
 
+from processor.cli.flags import setting_option
 from processor.kafka.config import KafkaSettings
 from processor.kafka.topics import TopicNames
-from processor.records.intake import DEFAULT_MAX_PROPOSAL_BYTES
-from processor.records.pipeline import DEFAULT_MAX_STATE_BYTES
-
-ENV_PREFIX = "RUNSTATE_"
+from processor.runtimes.settings import WorkerSettings
+from processor.settings import ENV_PREFIX
 
 
 def option(*decls: str, env: str, **kwargs: Any) -> Callable[[Any], Any]:
@@ -21,15 +19,14 @@ def option(*decls: str, env: str, **kwargs: Any) -> Callable[[Any], Any]:
     return click.option(*decls, envvar=ENV_PREFIX + env, show_envvar=True, **kwargs)
 
 
-machine_path_option = option(
-    "--machine-path",
-    "machine_paths",
-    env="MACHINE_PATH",
-    multiple=True,
-    type=click.Path(exists=True, path_type=Path),
-    help="A machine file or a folder of *.yaml machine files to load besides the built-ins "
-    "(repeatable; in the environment, separate paths with ':').",
-)
+# The settings a worker shares with the commands that must match it (verify, replay,
+# machines): declared once, on the worker's settings model.
+machine_path_option = setting_option(WorkerSettings, "machine_path", "machine_paths")
+group_id_option = setting_option(WorkerSettings, "group_id")
+state_dir_option = setting_option(WorkerSettings, "state_dir")
+keyring_file_option = setting_option(WorkerSettings, "keyring_file")
+max_proposal_bytes_option = setting_option(WorkerSettings, "max_proposal_bytes")
+max_state_bytes_option = setting_option(WorkerSettings, "max_state_bytes")
 
 bootstrap_option = option(
     "--bootstrap-servers",
@@ -54,15 +51,6 @@ topic_prefix_option = option(
     help="Prefix of every runstate topic name.",
 )
 
-keyring_file_option = option(
-    "--keyring-file",
-    env="KEYRING_FILE",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Keyring JSON (key id -> public key or HMAC secret, source, authority, validity, "
-    "scope; `runstate keys` manages it). A worker reads the file again when it changes. "
-    "RUNSTATE_KEYRING may hold the JSON itself instead.",
-)
 worker_url_option = option(
     "--worker-url",
     "worker_urls",
@@ -78,38 +66,6 @@ http_token_option = option(
     help="The token to send to the workers' HTTP API (Authorization: Bearer), when they "
     "ask for one (they list it in RUNSTATE_HTTP_TOKENS or their tokens file). Prefer the "
     "variable: a flag's value shows in the process list.",
-)
-
-group_id_option = option(
-    "--group-id", env="GROUP_ID", default="runstate", help="Consumer group of the workers."
-)
-state_dir_option = option(
-    "--state-dir",
-    env="STATE_DIR",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("state"),
-    help="A worker's RocksDB partition stores (one directory per worker; replay writes "
-    "the stores there).",
-)
-
-
-max_proposal_bytes_option = option(
-    "--max-proposal-bytes",
-    env="MAX_PROPOSAL_BYTES",
-    type=click.IntRange(min=256),
-    default=DEFAULT_MAX_PROPOSAL_BYTES,
-    help="Larger proposals are refused schema_invalid (verify: the limit the workers ran with).",
-)
-max_state_bytes_option = option(
-    "--max-state-bytes",
-    env="MAX_STATE_BYTES",
-    type=click.IntRange(min=4096),
-    default=DEFAULT_MAX_STATE_BYTES,
-    help="The largest snapshot or transition (JSON bytes) a commit may write; a proposal "
-    "that would write more, or whose records to one topic would not fit one batch of it "
-    "(its max.message.bytes), is refused state_too_large and the run stays as it was. The "
-    "changelog and transitions topics must take records this large (workers check at "
-    "start). verify: the limit the workers ran with.",
 )
 
 

@@ -8,15 +8,7 @@ dots written as underscores (RUNSTATE_KAFKA_SASL_MECHANISM=PLAIN -> sasl.mechani
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-
-from processor.engine import Machine
-from processor.kafka.topics import TopicNames
-from processor.records.intake import DEFAULT_MAX_PROPOSAL_BYTES
-from processor.records.pipeline import DEFAULT_MAX_STATE_BYTES
-from processor.trust.http_auth import HttpTokens
-from processor.trust.keyring import Keyring
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 KAFKA_ENV_PREFIX = "RUNSTATE_KAFKA_"
@@ -77,33 +69,3 @@ class KafkaSettings:
             **self.client_config,
             **(overrides or {}),
         }
-
-
-@dataclass
-class WorkerConfig:
-    """What a worker runs with, either runtime: Kafka, topics, keys, machines, state."""
-
-    kafka: KafkaSettings
-    topics: TopicNames
-    keyring: Keyring
-    machines: Mapping[str, Machine]
-    state_dir: Path
-    group_id: str = "runstate"
-    worker_id: str | None = None
-    commit_interval_ms: int = 100
-    commit_max_records: int = 1_000
-    max_proposal_bytes: int = DEFAULT_MAX_PROPOSAL_BYTES
-    max_state_bytes: int = DEFAULT_MAX_STATE_BYTES
-    transaction_timeout_ms: int = 10_000
-    timer_interval_ms: int = 200
-    timer_key_id: str | None = None  # keyring key that signs deadline proposals
-    timer_key_file: Path | None = None  # signing key file that does (Ed25519 keyrings)
-    keyring_file: Path | None = None  # read again when it changes
-    static_membership: bool = False  # group.instance.id = worker id (KIP-345)
-    http_host: str = "127.0.0.1"
-    http_port: int | None = 0  # None: no HTTP server; 0: a free port
-    #: What the HTTP API asks of every request but /livez (none: open, loopback only).
-    http_tokens: HttpTokens = field(default_factory=HttpTokens)
-    #: The other workers' HTTP URLs (`peers.origin`s): the only ones asked for the
-    #: cluster's reads, and sent the token (whatever the group's members advertise).
-    peers: tuple[str, ...] = ()

@@ -16,13 +16,14 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from processor.cli import worker as worker_cli
-from processor.kafka.config import KafkaSettings, WorkerConfig
+from processor.kafka.config import KafkaSettings
 from processor.kafka.topics import TopicNames
 from processor.machines import builtin_machines
 from processor.runtimes.errors import ClientBroken, ClientHung
 from processor.runtimes.native import producer
 from processor.runtimes.native.producer import abort_transaction, bounded
 from processor.runtimes.native.worker import Worker
+from processor.runtimes.settings import WorkerConfig, WorkerSettings
 from processor.trust.keyring import generate_keyring
 
 
@@ -33,7 +34,7 @@ def _offline_config(state_dir: Path) -> WorkerConfig:
         topics=TopicNames.with_prefix("t."),
         keyring=generate_keyring(),
         machines=builtin_machines(),
-        state_dir=state_dir,
+        settings=WorkerSettings(state_dir=state_dir),
     )
 
 

@@ -12,14 +12,10 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import click
 import pytest
-from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from processor.cli.options import option
-from processor.cli.worker import PeerUrl
 from processor.serving import peers
 from processor.serving.peers import Peer, origin
 from processor.trust.http_auth import HttpTokens
@@ -273,20 +269,3 @@ def test_origins_of_addresses_and_what_is_no_origin() -> None:
     ):
         with pytest.raises(ValueError, match="scheme://host:port"):
             origin(bad)
-
-
-def test_peers_from_flags_and_a_comma_separated_variable() -> None:
-    @click.command()
-    @option("--peer", "peers", env="PEERS", multiple=True, type=PeerUrl())
-    def show(peers: tuple[str, ...]) -> None:
-        click.echo(",".join(peers))
-
-    runner = CliRunner()
-    env = {"RUNSTATE_PEERS": " http://W1:8080/ , https://w2.,"}
-    result = runner.invoke(show, [], env=env)
-    assert result.exit_code == 0, result.output
-    assert result.output.strip() == "http://w1:8080,https://w2:443"
-    result = runner.invoke(show, ["--peer", "http://a:1", "--peer", "http://b:2"])
-    assert result.output.strip() == "http://a:1,http://b:2"
-    result = runner.invoke(show, ["--peer", "http://good@evil:1"])
-    assert result.exit_code == 2 and "user info" in result.output

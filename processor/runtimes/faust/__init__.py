@@ -4,15 +4,15 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from processor.kafka.config import WorkerConfig
 from processor.runtimes import identity
 from processor.runtimes.errors import WorkerError
 from processor.runtimes.native.preflight import learn_limits
+from processor.runtimes.settings import WorkerConfig
 
 
 def datadir_of(config: WorkerConfig) -> Path:
     """Where the Faust runtime keeps its tables (RocksDB) and their identity."""
-    return Path(config.state_dir) / config.group_id / "faust"
+    return Path(config.settings.state_dir) / config.settings.group_id / "faust"
 
 
 def run_faust_worker(

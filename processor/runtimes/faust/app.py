@@ -38,7 +38,6 @@ from typing import Any, cast
 import faust
 from faust.types import TP
 
-from processor.kafka.config import WorkerConfig
 from processor.records.limits import UNLIMITED, RecordLimits
 from processor.records.punctuator import Punctuator, timer_key
 from processor.records.stats import OutcomeStats
@@ -52,6 +51,7 @@ from processor.runtimes.faust.timers import DueIndex, TimerTick
 from processor.runtimes.faust.transport import Consumer, Transport
 from processor.runtimes.faust.web import FaustNode, Web, serve_api
 from processor.runtimes.native.preflight import batch_size
+from processor.runtimes.settings import WorkerConfig
 from processor.serving.peers import client_id
 from processor.serving.read_fence import ReadFence
 from processor.trust.keyring import KeyringWatch
@@ -100,7 +100,7 @@ def new_app(
     if advertised_url:  # in the group's description, where other workers find this one
         kafka["broker_client_id"] = client_id(advertised_url)
     return App(
-        config.group_id,
+        config.settings.group_id,
         broker=[f"kafka://{b}" for b in config.kafka.bootstrap_servers.split(",")],
         store="rocksdb://",
         processing_guarantee="at_least_once",
@@ -110,9 +110,9 @@ def new_app(
         topic_allow_declare=False,  # runstate's topics exist (runstate topics create)
         consumer_auto_offset_reset="earliest",
         # Faust commits offsets on a timer; below about a second it overlaps itself.
-        broker_commit_interval=max(1.0, config.commit_interval_ms / 1000),
+        broker_commit_interval=max(1.0, config.settings.commit_interval_ms / 1000),
         web_enabled=True,
-        web_bind=config.http_host,
+        web_bind=config.settings.http_host,
         web_port=http_port,
         web_in_thread=False,
         key_serializer="raw",
@@ -177,10 +177,10 @@ class FaustWorker:
         self.read_fence = ReadFence()
         self.punctuator = Punctuator(
             topics,
-            timer_key(config.keyring, config.timer_key_id, config.timer_key_file),
+            timer_key(config.keyring, config.settings.timer_key_id, config.settings.timer_key_file),
             config.keyring,
         )
-        self.keyring = KeyringWatch(config.keyring, config.keyring_file)
+        self.keyring = KeyringWatch(config.keyring, config.settings.keyring_file)
         self.due_index = DueIndex()
         self.run_states = StateIndex()
         self.metrics = faust_metrics(config.machines, self.run_states, self.owned, self.lag)
@@ -228,8 +228,10 @@ class FaustWorker:
             node=self.node,
         )
         # Faust runs the timers and the agent; each delegates to a method or a part.
-        app.timer(interval=max(1.0, config.commit_interval_ms / 1000))(self.commit_positions)
-        app.timer(interval=config.timer_interval_ms / 1000)(self.tick.fire_timers)
+        app.timer(interval=max(1.0, config.settings.commit_interval_ms / 1000))(
+            self.commit_positions
+        )
+        app.timer(interval=config.settings.timer_interval_ms / 1000)(self.tick.fire_timers)
         app.agent(proposals, name="decide")(self.decide_proposals)
         # The same HTTP API as the native worker's (processor/serving/api.py).
         serve_api(app, self.node)

@@ -15,7 +15,6 @@ from faust.types import TopicT
 
 from processor.engine import Beat, Commit, Forget
 from processor.engine.answers import Answer, committed_digest
-from processor.kafka.config import WorkerConfig
 from processor.observe.logs import log_outcomes, logged
 from processor.observe.metrics import MetricsBatch, WorkerMetrics
 from processor.records.changelog_keys import answer_changelog_key, answers_changelog_prefix
@@ -40,6 +39,7 @@ from processor.runtimes.faust.table import (
 )
 from processor.runtimes.faust.timers import DueIndex
 from processor.runtimes.faust.transport import Unreadable
+from processor.runtimes.settings import WorkerConfig
 from processor.serving.read_fence import ReadFence
 from processor.trust.keyring import KeyringWatch
 from schemas.messages import Proposal, Rejection, RunSnapshot
@@ -119,8 +119,8 @@ class Decision:
                     lookup=looked_up,
                     seen=partial(self.committed_by, message.partition, looked_up),
                     placement=Placement(message.partition, self.partitions),
-                    max_bytes=self.config.max_proposal_bytes,
-                    max_state_bytes=self.config.max_state_bytes,
+                    max_bytes=self.config.settings.max_proposal_bytes,
+                    max_state_bytes=self.config.settings.max_state_bytes,
                     timestamp_type=TimestampType.of_kafka(message.timestamp_type),
                     commit_limits=self.commit_limits,
                     relays=self.punctuator.relays,

@@ -25,13 +25,13 @@ from faust.web.drivers.aiohttp import Web as AiohttpWeb
 from multidict import CIMultiDict
 
 from processor.engine import Machine
-from processor.kafka.config import WorkerConfig
 from processor.kafka.readback import read_partition
 from processor.observe.metrics import WorkerMetrics
 from processor.runtimes.faust.history import run_history
 from processor.runtimes.faust.observe import Entered, StateIndex
 from processor.runtimes.faust.table import RunsTable
 from processor.runtimes.faust.timers import DueIndex
+from processor.runtimes.settings import WorkerConfig
 from processor.serving import api, peers
 from processor.serving.read_fence import ReadFence
 from processor.trust import http_auth
@@ -118,7 +118,7 @@ class FaustNode:
 
     @property
     def configured_peers(self) -> tuple[str, ...]:
-        return self.config.peers
+        return self.config.settings.peers
 
     def owned(self) -> list[int]:
         return self._on_loop(self._owned_now)
@@ -161,14 +161,14 @@ class FaustNode:
         if self._admin is None:
             self._admin = AdminClient(self.config.kafka.client())
         topics = self.config.topics
-        return peers.group_members(self._admin, self.config.group_id, topics.proposals)
+        return peers.group_members(self._admin, self.config.settings.group_id, topics.proposals)
 
     def health(self) -> dict[str, Any]:
         return self._on_loop(
             lambda: {
                 "status": "ok",
                 "runtime": "faust",
-                "group_id": self.config.group_id,
+                "group_id": self.config.settings.group_id,
                 "partitions": self._owned_now(),
                 "stats": dataclasses.asdict(self.stats),
             }

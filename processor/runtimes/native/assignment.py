@@ -10,7 +10,6 @@ from typing import Protocol
 from confluent_kafka import Consumer, TopicPartition
 
 from processor.engine import is_finished
-from processor.kafka.config import WorkerConfig
 from processor.observe.metrics import WorkerMetrics
 from processor.runtimes.errors import ClientBroken
 from processor.runtimes.native.commits import CommitPipeline, rewind
@@ -18,6 +17,7 @@ from processor.runtimes.native.restore import RestoreJob
 from processor.runtimes.native.statedir import StateDir
 from processor.runtimes.native.store.partition import PartitionStore
 from processor.runtimes.native.stores import StoreRegistry
+from processor.runtimes.settings import WorkerConfig
 from schemas.messages import RunSnapshot
 
 log = logging.getLogger("runstate.worker")
@@ -72,7 +72,7 @@ class Assignment:
         if not assigned:
             self.assigned = True
             return
-        if self.config.static_membership:  # eager: this is the whole assignment
+        if self.config.settings.static_membership:  # eager: this is the whole assignment
             consumer.assign(partitions)
         else:
             consumer.incremental_assign(partitions)

@@ -18,7 +18,6 @@ from typing import Protocol
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from processor.kafka.config import WorkerConfig
 from processor.observe.metrics import WorkerMetrics
 from processor.records.limits import DEFAULT_BATCH_SIZE, UNLIMITED, RecordLimits
 from processor.records.outputs import CommitLimits
@@ -28,6 +27,7 @@ from processor.runtimes.native.preflight import batch_size, learn_limits
 from processor.runtimes.native.producer import TransactionalProducer
 from processor.runtimes.native.stores import StoreRegistry
 from processor.runtimes.native.transaction import Transaction
+from processor.runtimes.settings import WorkerConfig
 from processor.serving.read_fence import ReadFence
 
 log = logging.getLogger("runstate.worker")
@@ -91,7 +91,7 @@ class CommitPipeline:
         producer = TransactionalProducer(
             self.config.kafka,
             self.producer_id,
-            self.config.transaction_timeout_ms,
+            self.config.settings.transaction_timeout_ms,
             batch_size(self.config.kafka, self.limits, DEFAULT_BATCH_SIZE),
         )
         producer.init()

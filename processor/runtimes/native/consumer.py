@@ -3,7 +3,7 @@ only inside its transactions, and the rebalancing protocol its membership calls 
 
 from confluent_kafka import Consumer
 
-from processor.kafka.config import WorkerConfig
+from processor.runtimes.settings import WorkerConfig
 from processor.serving.peers import client_id
 
 # Proposal bytes librdkafka may prefetch ahead of the loop (its default: 64 MB). Under a
@@ -21,16 +21,18 @@ def proposals_consumer(
     return Consumer(
         config.kafka.client(
             {
-                "group.id": config.group_id,
+                "group.id": config.settings.group_id,
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
                 "isolation.level": "read_committed",
-                "partition.assignment.strategy": assignment_strategy(config.static_membership),
+                "partition.assignment.strategy": assignment_strategy(
+                    config.settings.static_membership
+                ),
                 "enable.partition.eof": False,
                 **({"client.id": client_id(advertised_url)} if advertised_url else {}),
                 **(
-                    {"group.instance.id": f"{config.group_id}-{worker_id}"}
-                    if config.static_membership
+                    {"group.instance.id": f"{config.settings.group_id}-{worker_id}"}
+                    if config.settings.static_membership
                     else {}
                 ),
             },

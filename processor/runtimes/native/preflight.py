@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from processor.kafka.config import KafkaSettings, WorkerConfig
+from processor.kafka.config import KafkaSettings
 from processor.kafka.topics import TopicNames, describe_topics, max_message_bytes, plan_topics
 from processor.records.changelog_keys import FIRED_CHANGELOG_PREFIX
 from processor.records.limits import DEFAULT_MESSAGE_MAX_BYTES, RECORD_OVERHEAD, RecordLimits
 from processor.runtimes.errors import WorkerError
+from processor.runtimes.settings import WorkerConfig
 from schemas.identifiers import MAX_RUN_ID_BYTES
 
 
@@ -54,14 +55,14 @@ def check_topics(config: WorkerConfig) -> Topics:
     limits = learn_limits(admin, config.kafka, topics)
     # A commit writes a snapshot and a transition of up to max_state_bytes, keyed by
     # the run id: the topics must take them, or the broker would refuse a commit.
-    needed = config.max_state_bytes + MAX_RUN_ID_BYTES + len(FIRED_CHANGELOG_PREFIX)
+    needed = config.settings.max_state_bytes + MAX_RUN_ID_BYTES + len(FIRED_CHANGELOG_PREFIX)
     for topic in (topics.transitions, topics.changelog):
         if limits.of(topic) < needed:
             raise WorkerError(
                 f"topic {topic} takes records of up to {limits.of(topic)} bytes "
                 f"(max.message.bytes, and the producer's message.max.bytes, less "
                 f"{RECORD_OVERHEAD} for framing), but a commit may write "
-                f"{needed} (--max-state-bytes {config.max_state_bytes} plus the "
+                f"{needed} (--max-state-bytes {config.settings.max_state_bytes} plus the "
                 f"key): raise max.message.bytes on {topic} or lower --max-state-bytes"
             )
     return Topics(partitions, limits)

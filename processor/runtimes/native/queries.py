@@ -41,7 +41,7 @@ class WorkerQueries:
 
     @property
     def configured_peers(self) -> tuple[str, ...]:
-        return self.worker.config.peers
+        return self.worker.config.settings.peers
 
     @property
     def read_fence(self) -> ReadFence:
@@ -72,14 +72,14 @@ class WorkerQueries:
         if self._admin is None:
             self._admin = AdminClient(self.worker.config.kafka.client())
         config = self.worker.config
-        return peers.group_members(self._admin, config.group_id, config.topics.proposals)
+        return peers.group_members(self._admin, config.settings.group_id, config.topics.proposals)
 
     def health(self) -> dict[str, Any]:
         worker = self.worker
         return {
             "status": "ok",
             "worker_id": worker.worker_id,
-            "group_id": worker.config.group_id,
+            "group_id": worker.config.settings.group_id,
             "partitions": worker.stores.owned(),
             "stats": asdict(worker.stats),
         }

@@ -31,7 +31,6 @@ from confluent_kafka import Consumer, KafkaException, Message
 from confluent_kafka.admin import AdminClient
 
 from processor.engine import Beat, Commit, Forget
-from processor.kafka.config import WorkerConfig
 from processor.observe.metrics import WorkerMetrics
 from processor.records.outputs import SMALL, OutputRecord, Source, publishable
 from processor.records.pipeline import (
@@ -57,6 +56,7 @@ from processor.runtimes.native.statedir import StateDir, StateDirBusy
 from processor.runtimes.native.store.changes import PartitionTransaction
 from processor.runtimes.native.stores import StoreRegistry
 from processor.runtimes.native.verifier import BatchVerifier
+from processor.runtimes.settings import WorkerConfig
 from processor.serving.read_fence import ReadFence
 from processor.trust.keyring import KeyringWatch
 from schemas.messages import Proposal, Rejection
@@ -105,22 +105,22 @@ class Worker:
         )
         try:
             self.state_dir = StateDir(
-                config.state_dir, config.group_id, config.topics.proposals
+                config.settings.state_dir, config.settings.group_id, config.topics.proposals
             ).claim()
         except StateDirBusy as exc:
             raise WorkerError(str(exc)) from exc
-        self.worker_id = self.state_dir.worker_id(config.worker_id)
+        self.worker_id = self.state_dir.worker_id(config.settings.worker_id)
         self.punctuator = Punctuator(
             config.topics,
-            timer_key(config.keyring, config.timer_key_id, config.timer_key_file),
+            timer_key(config.keyring, config.settings.timer_key_id, config.settings.timer_key_file),
             config.keyring,
         )
-        self.keyring = KeyringWatch(config.keyring, config.keyring_file)
+        self.keyring = KeyringWatch(config.keyring, config.settings.keyring_file)
         self._last_punctuation = 0.0
         self.consumer: Consumer | None = None
         self.commits = CommitPipeline(
             config,
-            f"{config.group_id}-{self.worker_id}",
+            f"{config.settings.group_id}-{self.worker_id}",
             self.stores,
             self.quarantine,
             self.metrics,
@@ -168,7 +168,7 @@ class Worker:
         log.info(
             "worker %s joined group %s on %s (%d partitions)",
             self.worker_id,
-            self.config.group_id,
+            self.config.settings.group_id,
             self.topics.proposals,
             self.partitions,
         )
@@ -187,7 +187,7 @@ class Worker:
             self.start()
         commits = self.commits
         assert self.consumer is not None and commits.producer is not None
-        interval = self.config.commit_interval_ms / 1000
+        interval = self.config.settings.commit_interval_ms / 1000
         try:
             while not self._stop.is_set():
                 try:
@@ -247,7 +247,7 @@ class Worker:
             verified,
             self.keyring.current(),
             self.partitions,
-            self.config.max_proposal_bytes,
+            self.config.settings.max_proposal_bytes,
         )
         for msg, admission in zip(batch, admissions, strict=True):
             err = msg.error()
@@ -262,7 +262,7 @@ class Worker:
                 return  # rewound to the committed offsets: the rest comes again
         now = time.monotonic()
         # While records are isolated, a transaction holds one record and nothing else.
-        due = now - self._last_punctuation >= self.config.timer_interval_ms / 1000
+        due = now - self._last_punctuation >= self.config.settings.timer_interval_ms / 1000
         if due and not self.quarantine.active:
             self._last_punctuation = now
             self._punctuate(int(time.time() * 1000))
@@ -275,7 +275,7 @@ class Worker:
         # the interval only delayed every answer under a steady load (p50 1.1 s at half
         # the drain rate). Under a backlog batches are full, and the interval and the
         # record limit set the cadence.
-        full = transaction.records >= self.config.commit_max_records
+        full = transaction.records >= self.config.settings.commit_max_records
         commit_due = len(batch) < CONSUME_BATCH or full or now - transaction.started >= interval
         # One commit travels at a time; the next waits for it only when it is full.
         if transaction.open and commit_due and (commits.committing is None or full):
@@ -391,9 +391,9 @@ class Worker:
                 machines=self.config.machines,
                 lookup=store.snapshot,
                 seen=store.seen,
-                max_state_bytes=self.config.max_state_bytes,
+                max_state_bytes=self.config.settings.max_state_bytes,
                 commit_limits=self.commits.commit_limits,
-                max_relay_bytes=self.config.max_proposal_bytes,
+                max_relay_bytes=self.config.settings.max_proposal_bytes,
                 relays=self.punctuator.relays,
             )
         except Exception as exc:  # a bug must not turn one record into a stalled partition
