@@ -154,7 +154,6 @@ def test_a_record_a_crc32_partitioner_placed_is_refused_never_committed(
         # the same runs, from the SDK (murmur2): created where they belong
         for run_id in misplaced[:5]:
             assert isinstance(client.create_and_wait(run_id, M), Transition)
-        time.sleep(0.5)
     finally:
         client.close()
         assert worker.terminate() == 0, worker.log()
