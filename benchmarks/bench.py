@@ -10,7 +10,9 @@ from rich.console import Console
 from benchmarks.contenders import Setup
 from benchmarks.records import RawRecord
 from benchmarks.workload import BENCH_MAX_AGE_MS, for_topic, lives, signed
-from processor.kafka.topics import TopicNames, create_topics, plan_topics
+from processor.kafka.topic_creation import create_topics
+from processor.kafka.topic_plans import plan_topics
+from processor.kafka.topics import TopicNames
 from processor.trust.keyring import Keyring, dump_keyring, generate_keyring
 from schemas.messages import Proposal
 

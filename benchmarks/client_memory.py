@@ -41,7 +41,8 @@ from processor.client import (
 )
 from processor.kafka.partitioning import partition_for
 from processor.kafka.readback import watermarks
-from processor.kafka.topics import create_topics, plan_topics
+from processor.kafka.topic_creation import create_topics
+from processor.kafka.topic_plans import plan_topics
 from schemas.messages import Heartbeat, Principal, Rejection, Transition
 
 PARTITIONS = 6

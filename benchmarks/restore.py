@@ -22,7 +22,9 @@ from processor.broker.provide import provide_broker
 from processor.engine import Commit, decide
 from processor.kafka.config import KafkaSettings
 from processor.kafka.partitioning import partition_for
-from processor.kafka.topics import TopicNames, create_topics, plan_topics
+from processor.kafka.topic_creation import create_topics
+from processor.kafka.topic_plans import plan_topics
+from processor.kafka.topics import TopicNames
 from processor.machines import builtin_machines
 from processor.records.outputs import Source, outcome_records
 from processor.runtimes.native.restore import restore_partitions

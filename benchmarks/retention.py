@@ -40,7 +40,9 @@ from processor.engine.parse import parse_machine
 from processor.kafka.config import KafkaSettings
 from processor.kafka.partitioning import partition_for
 from processor.kafka.readback import watermarks
-from processor.kafka.topics import TopicNames, create_topics, plan_topics
+from processor.kafka.topic_creation import create_topics
+from processor.kafka.topic_plans import plan_topics
+from processor.kafka.topics import TopicNames
 from processor.machines import builtin_machines, builtin_source
 from processor.records.outputs import Headers, Source, outcome_records
 from processor.runtimes.native.restore import restore_partitions

@@ -3,14 +3,14 @@ and what is saved of it.
 
 Replication of the internal topics, and of topics created without their own, follows
 the cluster's size as `runstate topics create` does: min(3, N) replicas,
-`min.insync.replicas` from processor.kafka.topics.
+`min.insync.replicas` from processor.kafka.topic_plans.
 """
 
 from dataclasses import dataclass
 from pathlib import Path
 
 from processor.broker.server import LOOPBACK, ServerConfig, pid_alive
-from processor.kafka.topics import default_replication, min_insync_replicas
+from processor.kafka.topic_plans import default_replication, min_insync_replicas
 
 
 def internal_replication(brokers: int) -> tuple[int, int]:

@@ -21,7 +21,9 @@ from processor.cli.options import bootstrap_option, option
 from processor.demo.driver import DemoResult, Driver
 from processor.kafka.config import KafkaSettings
 from processor.kafka.readback import read_topics
-from processor.kafka.topics import TopicNames, create_topics, plan_topics
+from processor.kafka.topic_creation import create_topics
+from processor.kafka.topic_plans import plan_topics
+from processor.kafka.topics import TopicNames
 from processor.runtimes.native.process import WorkerProcess
 from processor.trust.keyring import dump_keyring, generate_keyring, signing_keys
 from schemas.messages import Rejection, Transition

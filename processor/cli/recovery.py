@@ -36,7 +36,7 @@ from processor.history.audit import (
 )
 from processor.history.rebuild import RebuildError, StoresExist, partition_count, rebuild_stores
 from processor.kafka.readback import read_partitions
-from processor.kafka.topics import TopicDefaults, TopicSettingError
+from processor.kafka.topic_plans import TopicDefaults, TopicSettingError
 from processor.records.outputs import CommitLimits
 from processor.runtimes.native.preflight import learn_limits
 from processor.runtimes.native.statedir import StateDirBusy

@@ -13,16 +13,14 @@ from rich.console import Console
 from rich.table import Table
 
 from processor.cli.options import KafkaContext, option, pass_kafka
-from processor.kafka.topics import (
+from processor.kafka.topic_checks import Drift, describe_topics
+from processor.kafka.topic_creation import create_topics, resolve_plans
+from processor.kafka.topic_plans import (
     DEFAULT_RETENTION_MS,
-    Drift,
     TopicDefaults,
     TopicPlan,
     TopicSettingError,
-    create_topics,
-    describe_topics,
     parse_retention,
-    resolve_plans,
     retention_warnings,
 )
 

@@ -1,13 +1,11 @@
-"""`RunstateClient`: the blocking face of the SDK (a producer, a scoped outcome waiter
-on a thread, the workers' HTTP API)."""
+"""`RunstateClient`: the blocking face of the SDK (a producer of proposals, a scoped
+outcome waiter on a thread, the workers' HTTP API)."""
 
 import threading
 import time
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any
-
-from confluent_kafka import KafkaException, Producer
 
 from processor.engine.machine import Machine
 from processor.history.resume import ResumeView, continuation_payload, resume_view
@@ -27,13 +25,12 @@ from .core import (
     create_payload,
     decision_event,
     duplicate_of,
-    producer_config,
     proposal_record,
     raw_proposal_id,
-    unavailable,
 )
 from .errors import Rejected
 from .lookup import committed_transition
+from .proposal_producer import Headers, ProposalProducer
 from .reader import RunReader
 from .waiter import OutcomeWaiter
 
@@ -71,11 +68,10 @@ class RunstateClient:
         self.max_unclaimed = max_unclaimed
         # Sent to worker_urls only (default: RUNSTATE_HTTP_TOKEN); Kafka never sees it.
         self.reader = RunReader(worker_urls, http_token=http_token, timeout=min(timeout, 10.0))
-        self._producer = Producer(producer_config(settings, timeout))
+        self._proposals = ProposalProducer(settings, topics.proposals, timeout)
         self._scoped: OutcomeWaiter | None = None
         self._all: OutcomeWaiter | None = None
         self._lock = threading.Lock()
-        self._delivery_error: Exception | None = None
 
     def __enter__(self) -> "RunstateClient":
         return self
@@ -120,7 +116,7 @@ class RunstateClient:
 
     def _send(self, record: ProposalRecord, deadline: Deadline) -> None:
         self._expect(record.key, record.proposal_id, deadline)
-        self._produce(record.key, record.value, record.headers)
+        self._proposals.produce(record.key, record.value, record.headers)
 
     def _expect(self, key: bytes, proposal_id: str, deadline: Deadline) -> None:
         if self._all is not None:
@@ -132,7 +128,7 @@ class RunstateClient:
         self,
         key: bytes | None,
         value: bytes,
-        headers: list[tuple[str, str | bytes | None]] | None = None,
+        headers: Headers | None = None,
     ) -> None:
         """Produce bytes to the proposals topic, signed unless `headers` are given.
 
@@ -148,28 +144,7 @@ class RunstateClient:
         waiter = self._all or self._scoped
         if key is not None and proposal_id is not None and waiter is not None:
             waiter.expect_if_followed(key, proposal_id)
-        self._produce(key, value, headers)
-
-    def _produce(
-        self, key: bytes | None, value: bytes, headers: list[tuple[str, str | bytes | None]]
-    ) -> None:
-        while True:
-            try:
-                self._producer.produce(
-                    self.topics.proposals,
-                    key=key,
-                    value=value,
-                    headers=headers,
-                    on_delivery=self._on_delivery,
-                )
-                break
-            except BufferError:
-                self._producer.poll(0.05)
-        self._producer.poll(0)
-
-    def _on_delivery(self, err: Any, msg: Any) -> None:
-        if err is not None:
-            self._delivery_error = KafkaException(err)
+        self._proposals.produce(key, value, headers)
 
     def create(
         self,
@@ -200,15 +175,7 @@ class RunstateClient:
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every proposal sent is delivered; `Unavailable` when one could not
         be, or not within `timeout`."""
-        timeout = self.timeout if timeout is None else timeout
-        left = self._producer.flush(timeout)
-        if self._delivery_error is not None:
-            error, self._delivery_error = self._delivery_error, None
-            raise unavailable(self.settings, "delivering a proposal", timeout, error)
-        if left:
-            raise unavailable(
-                self.settings, f"delivering proposals ({left} not delivered)", timeout, "timed out"
-            )
+        self._proposals.flush(self.timeout if timeout is None else timeout)
 
     # -- outcomes --------------------------------------------------------------
     def _scoped_waiter(self) -> OutcomeWaiter:
@@ -400,7 +367,7 @@ class RunstateClient:
 
     def close(self, timeout: float | None = None) -> None:
         """Deliver what was sent (within `timeout`), then stop following outcomes."""
-        self._producer.flush(self.timeout if timeout is None else timeout)
+        self._proposals.close(self.timeout if timeout is None else timeout)
         for waiter in (self._scoped, self._all):
             if waiter is not None:
                 waiter.close()

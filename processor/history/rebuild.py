@@ -27,7 +27,9 @@ from processor.history.replay import Replayed, ReplayProblem, apply_heartbeats, 
 from processor.kafka.config import KafkaSettings
 from processor.kafka.partitioning import partition_for
 from processor.kafka.readback import offset_for_time, read_partition
-from processor.kafka.topics import TopicDefaults, TopicNames, provision_topics
+from processor.kafka.topic_creation import provision_topics
+from processor.kafka.topic_plans import TopicDefaults
+from processor.kafka.topics import TopicNames
 from processor.records.changelog_keys import (
     INDEX_HEADER,
     REVISION_HEADER,

@@ -106,6 +106,14 @@ def origin(url: str) -> str:
     return f"{scheme}://{host}:{port if port is not None else _DEFAULT_PORTS[scheme]}"
 
 
+def origin_or_none(url: str | None) -> str | None:
+    """`origin(url)`, or None for no URL or one that is not an origin."""
+    try:
+        return None if url is None else origin(url)
+    except ValueError:
+        return None
+
+
 def configured_peer(advertised: str, configured: Iterable[str]) -> str | None:
     """The configured peer (an `origin`) that an advertised URL names; None when it
     names none, or is no plain origin: it is then asked nothing and sent no token."""

@@ -13,7 +13,9 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from processor.broker.launcher import start_broker
-from processor.kafka.topics import TopicNames, create_topics, plan_topics
+from processor.kafka.topic_creation import create_topics
+from processor.kafka.topic_plans import plan_topics
+from processor.kafka.topics import TopicNames
 from tests.faults.arrivals import Arrivals, first_answers_after, recovery_seconds
 from tests.faults.check import Row, check
 from tests.faults.cluster import Cluster, Feeder, signed_records

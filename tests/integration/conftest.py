@@ -12,7 +12,9 @@ from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 
 from processor.broker.cluster import Cluster, running_cluster
 from processor.broker.provide import broker_source, provide_broker
-from processor.kafka.topics import TopicNames, create_topics, plan_topics
+from processor.kafka.topic_creation import create_topics
+from processor.kafka.topic_plans import plan_topics
+from processor.kafka.topics import TopicNames
 
 
 @pytest.fixture(scope="session")

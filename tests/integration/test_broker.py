@@ -12,7 +12,10 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 
 from processor.broker.launcher import Broker, ensure_jars, jars_dir
-from processor.kafka.topics import TopicNames, create_topics, describe_topics, plan_topics
+from processor.kafka.topic_checks import describe_topics
+from processor.kafka.topic_creation import create_topics
+from processor.kafka.topic_plans import plan_topics
+from processor.kafka.topics import TopicNames
 from tests.integration.harness import consume_all
 
 

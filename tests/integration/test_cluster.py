@@ -24,7 +24,10 @@ from processor.broker.jars import ensure_tools
 from processor.broker.quorum import Quorum
 from processor.broker.server import Jvm, run_tool
 from processor.cli.main import cli
-from processor.kafka.topics import TopicNames, TopicPlan, create_topics, topic_configs
+from processor.kafka.topic_checks import topic_configs
+from processor.kafka.topic_creation import create_topics
+from processor.kafka.topic_plans import TopicPlan
+from processor.kafka.topics import TopicNames
 from tests.integration.harness import consume_all
 
 

@@ -22,7 +22,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from processor.client import RunstateClient
 from processor.kafka.config import KafkaSettings
 from processor.kafka.readback import read_topics
-from processor.kafka.topics import TopicNames, max_message_bytes
+from processor.kafka.topic_checks import max_message_bytes
+from processor.kafka.topics import TopicNames
 from schemas.codes import RejectionCode
 from schemas.messages import DeadLetter, Rejection, Transition
 from tests.integration.harness import Env, WorkerProcess, make_env

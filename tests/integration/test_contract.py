@@ -22,7 +22,9 @@ from processor.engine.continuation import UNDONE, relay_id
 from processor.history.resume import continuation_payload
 from processor.kafka.config import KafkaSettings
 from processor.kafka.readback import read_partitions
-from processor.kafka.topics import TopicNames, create_topics, plan_topics
+from processor.kafka.topic_creation import create_topics
+from processor.kafka.topic_plans import plan_topics
+from processor.kafka.topics import TopicNames
 from processor.machines import builtin_machines
 from processor.trust.keyring import generate_keyring, load_keyring
 from schemas.codes import RejectionCode

@@ -15,7 +15,9 @@ from confluent_kafka.admin import AdminClient
 from processor.client import Outcome
 from processor.kafka.config import KafkaSettings
 from processor.kafka.partitioning import partition_for
-from processor.kafka.topics import TopicNames, create_topics, plan_topics
+from processor.kafka.topic_creation import create_topics
+from processor.kafka.topic_plans import plan_topics
+from processor.kafka.topics import TopicNames
 from schemas.codes import RejectionCode
 from schemas.messages import Heartbeat, Proposal, Rejection, Transition
 from tests.integration.harness import Env, WorkerProcess, make_env, published, runstate

@@ -24,7 +24,9 @@ from processor.client import (
     Unavailable,
 )
 from processor.kafka.partitioning import partition_for
-from processor.kafka.topics import TopicNames, create_topics, plan_topics
+from processor.kafka.topic_creation import create_topics
+from processor.kafka.topic_plans import plan_topics
+from processor.kafka.topics import TopicNames
 from tests.integration.harness import Env, WorkerProcess, eventually, make_env
 
 M = "task_lifecycle"

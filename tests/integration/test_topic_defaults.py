@@ -12,7 +12,8 @@ from click.testing import CliRunner, Result
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 
 from processor.cli.main import cli
-from processor.kafka.topics import DAY_MS, TopicNames
+from processor.kafka.topic_plans import DAY_MS
+from processor.kafka.topics import TopicNames
 
 
 def runstate(bootstrap: str, prefix: str, *args: str, **env: str) -> Result:

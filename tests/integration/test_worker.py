@@ -243,7 +243,8 @@ def test_worker_refuses_topics_that_do_not_fit(
 ) -> None:
     import uuid
 
-    from processor.kafka.topics import create_topics, plan_topics
+    from processor.kafka.topic_creation import create_topics
+    from processor.kafka.topic_plans import plan_topics
 
     names = TopicNames.with_prefix(f"bad-{uuid.uuid4().hex[:8]}.")
     plans = plan_topics(names, partitions=3, replication=1)

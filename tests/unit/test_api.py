@@ -1,5 +1,5 @@
-"""The HTTP API both runtimes serve (processor/serving/api.py), over a node made of plain data:
-routing, status codes, JSON shapes, messages (no broker, no server)."""
+"""The HTTP API both runtimes serve (processor/serving/, routed by api.py), over a node
+made of plain data: routing, status codes, JSON shapes, messages (no broker, no server)."""
 
 import json
 import threading
@@ -17,7 +17,9 @@ from processor.engine import Machine
 from processor.kafka.partitioning import partition_for
 from processor.machines import builtin_machines
 from processor.runtimes.native import http
-from processor.serving import api
+from processor.serving import api, probes
+from processor.serving.answers import HTML, JSON, Answer
+from processor.serving.node import RunRecord
 from processor.serving.peers import Peer, StateStats, origin
 from processor.serving.read_fence import ReadFence
 from processor.trust.http_auth import HttpTokens
@@ -59,15 +61,15 @@ class FakeNode:
     def owned(self) -> list[int]:
         return list(self.owned_partitions)
 
-    def run(self, run_id: str, partition: int, *, history: bool) -> api.RunRecord | None:
+    def run(self, run_id: str, partition: int, *, history: bool) -> RunRecord | None:
         if partition not in self.owned_partitions:
             return None
         driver = self.runs.get(run_id)
         snapshot: RunSnapshot | None = driver.snapshot if driver else None
         if driver is None or not history:
-            return api.RunRecord(snapshot)
+            return RunRecord(snapshot)
         refusals = [] if self.keeps_refusals else None
-        return api.RunRecord(snapshot, driver.history, refusals)
+        return RunRecord(snapshot, driver.history, refusals)
 
     def runs_in_state(
         self, machine: str | None, state: str, after: tuple[int, str] | None, limit: int
@@ -109,13 +111,13 @@ def served_over_http(node: FakeNode) -> Iterator[str]:
         server.shutdown()
 
 
-def get(node: FakeNode, url: str, authorization: str | None = None) -> tuple[int, Any, api.Answer]:
+def get(node: FakeNode, url: str, authorization: str | None = None) -> tuple[int, Any, Answer]:
     parts = urlsplit(url)
     answer = api.answer(node, parts.path, parts.query, authorization)
     body: Any = answer.body
-    if answer.content_type == api.JSON:
+    if answer.content_type == JSON:
         body = json.loads(answer.body)
-    elif answer.content_type == api.HTML:
+    elif answer.content_type == HTML:
         body = answer.body.decode()
     return answer.status, body, answer
 
@@ -131,7 +133,7 @@ def test_a_run_its_history_and_the_errors_for_runs_not_here() -> None:
     run_id = "a/b c"  # percent-encoded in the path, as clients send it
     node = FakeNode(runs={run_id: owned_run(run_id)})
     status, body, answer = get(node, "/runs/a%2Fb%20c")
-    assert status == 200 and body["state"] == "running" and answer.content_type == api.JSON
+    assert status == 200 and body["state"] == "running" and answer.content_type == JSON
     status, body, _ = get(node, "/runs/a%2Fb%20c/history")
     assert status == 200 and [t["revision"] for t in body] == [0, 1]
     partition = partition_for("nope", 3)
@@ -159,12 +161,12 @@ def test_health_metrics_livez_readyz() -> None:
         {"ready": True, "partitions": [0, 1, 2], "waiting": []},
     )
     node.waits = ["rebalancing"]
-    node.idle = api.READY_WITHIN_S + 1
+    node.idle = probes.READY_WITHIN_S + 1
     status, body, _ = get(node, "/readyz")
     assert status == 503 and body["ready"] is False
     assert body["waiting"] == ["rebalancing", "its loop has not turned for 16 s"]
     assert get(node, "/livez")[0] == 200
-    node.idle = api.LIVE_WITHIN_S
+    node.idle = probes.LIVE_WITHIN_S
     assert get(node, "/livez")[:2] == (503, {"alive": False, "loop_idle_seconds": 60.0})
 
 
@@ -283,7 +285,7 @@ def test_a_worker_with_tokens_asks_its_peers_with_the_first(
 def test_the_inspector_page_its_redirect_and_a_runtime_without_refusals() -> None:
     node = FakeNode(runs={"r1": owned_run("r1")})
     status, html, answer = get(node, "/")
-    assert status == 200 and answer.content_type == api.HTML and 'name="run"' in html
+    assert status == 200 and answer.content_type == HTML and 'name="run"' in html
     status, html, _ = get(node, "/inspect?run=r1")
     assert status == 200 and 'id="current-state">running<' in html and "0 refusals" in html
     node.keeps_refusals = False

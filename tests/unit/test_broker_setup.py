@@ -16,7 +16,8 @@ from processor.broker.jars import (
     resource,
 )
 from processor.kafka.config import KafkaSettings, client_config_from_env, parse_settings
-from processor.kafka.topics import TopicNames, plan_topics
+from processor.kafka.topic_plans import plan_topics
+from processor.kafka.topics import TopicNames
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from processor.cli.main import cli
 from processor.client import RunReader
 from processor.runtimes.native import probe
-from processor.serving import api
+from processor.serving.answers import JSON
 from processor.trust.http_auth import (
     HttpTokens,
     TokenError,
@@ -45,7 +45,7 @@ def node() -> FakeNode:
 def test_every_endpoint_but_livez_wants_a_token(node: FakeNode) -> None:
     for path in ("/runs/r1", "/runs/r1/history", "/metrics", "/inspect?run=r1", "/", "/readyz"):
         status, body, answer = get(node, path)
-        assert status == 401 and answer.content_type == api.JSON, path
+        assert status == 401 and answer.content_type == JSON, path
         assert answer.headers == (
             ("WWW-Authenticate", 'Bearer realm="runstate"'),
             ("WWW-Authenticate", 'Basic realm="runstate"'),

@@ -1,9 +1,9 @@
 """Read your writes: a worker applies a committed transition to its state a moment after
 the transaction that carried it, so a client shown transition N may ask before the
 worker has it. `RunReader` asks for at least the revision it saw (`min_revision`) and the
-API waits for it (processor/serving/api.py `_caught_up`): over generated histories of commits,
-forgotten and re-created runs, and a worker that lags by a random number of reads, no
-read is older than what the reader was shown."""
+API waits for it (processor/serving/catch_up.py `caught_up`): over generated histories of
+commits, forgotten and re-created runs, and a worker that lags by a random number of
+reads, no read is older than what the reader was shown."""
 
 import queue
 import random
@@ -17,7 +17,8 @@ import pytest
 
 from processor.client import RunReader
 from processor.runtimes.native.snapshot_cache import SnapshotCache
-from processor.serving import api
+from processor.serving import catch_up
+from processor.serving.node import RunRecord
 from processor.serving.read_fence import ReadFence
 from schemas.messages import RunSnapshot, Transition
 from tests.unit.driver import Driver
@@ -52,24 +53,24 @@ class LaggingNode(FakeNode):
         with self.lock:
             if run_id not in self.applied and all(r != run_id for r, _, _ in self.unapplied):
                 # Behind on a run's updates, not on its existence: a run the worker
-                # lacks once the read fence passed is answered 404 at once (api.py).
+                # lacks once the read fence passed is answered 404 at once (run_reads.py).
                 self.applied[run_id] = (snapshot, list(history))
                 return
             self.unapplied.append((run_id, snapshot, list(history)))
 
-    def run(self, run_id: str, partition: int, *, history: bool) -> api.RunRecord | None:
+    def run(self, run_id: str, partition: int, *, history: bool) -> RunRecord | None:
         with self.lock:
             if self.unapplied and self.rng.random() < self.catch_up:
                 applied_id, snapshot, transitions = self.unapplied.popleft()
                 self.applied[applied_id] = (snapshot, transitions)
             snapshot, transitions = self.applied.get(run_id, (None, []))
-        return api.RunRecord(snapshot, transitions if history else ())
+        return RunRecord(snapshot, transitions if history else ())
 
 
 @pytest.fixture
 def quick(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(api, "CATCH_UP_POLL_S", 0.0)
-    monkeypatch.setattr(api, "CATCH_UP_S", 2.0)
+    monkeypatch.setattr(catch_up, "CATCH_UP_POLL_S", 0.0)
+    monkeypatch.setattr(catch_up, "CATCH_UP_S", 2.0)
 
 
 def one_run() -> FakeNode:
@@ -183,7 +184,7 @@ def test_a_bad_min_revision_is_refused(value: str) -> None:
 def test_a_worker_that_does_not_catch_up_says_so_and_one_not_owning_says_that(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(api, "CATCH_UP_S", 0.05)
+    monkeypatch.setattr(catch_up, "CATCH_UP_S", 0.05)
     node = one_run()
     assert get(node, "/runs/r?min_revision=0")[0] == 200
     for path in ("/runs/r?min_revision=1", "/runs/r/history?min_revision=1"):
@@ -225,10 +226,10 @@ class ApplyingLater(LaggingNode):
             if token is not None:
                 self.read_fence.close(token)
 
-    def run(self, run_id: str, partition: int, *, history: bool) -> api.RunRecord | None:
+    def run(self, run_id: str, partition: int, *, history: bool) -> RunRecord | None:
         with self.lock:
             snapshot, transitions = self.applied.get(run_id, (None, []))
-        return api.RunRecord(snapshot, transitions if history else ())
+        return RunRecord(snapshot, transitions if history else ())
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -256,7 +257,7 @@ def test_without_the_fence_a_reader_that_saw_nothing_reads_stale() -> None:
 def test_a_write_under_way_that_never_ends_is_a_503_not_a_stale_read(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(api, "CATCH_UP_S", 0.05)
+    monkeypatch.setattr(catch_up, "CATCH_UP_S", 0.05)
     node = one_run()
     token = node.read_fence.open()
     for path in ("/runs/r", "/runs/r/history", "/runs?state=planned", "/stats", "/inspect?run=r"):
@@ -265,7 +266,7 @@ def test_a_write_under_way_that_never_ends_is_a_503_not_a_stale_read(
     node.owned_partitions = []  # a run of another worker's: said at once
     began = time.monotonic()
     assert get(node, "/runs/r?min_revision=0")[0] == 421
-    assert time.monotonic() - began < api.CATCH_UP_S
+    assert time.monotonic() - began < catch_up.CATCH_UP_S
     node.owned_partitions = [0, 1, 2]
     assert get(node, "/livez")[0] == 200 and get(node, "/health")[0] == 200  # not reads of runs
     node.read_fence.close(token)
@@ -293,12 +294,12 @@ def test_the_fence_waits_for_the_writes_open_when_asked_not_later_ones() -> None
 def test_reads_waiting_for_a_revision_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     """A revision asked far ahead holds a server thread for up to CATCH_UP_S: past
     MAX_WAITING_READS such reads, the next is answered at once."""
-    monkeypatch.setattr(api, "CATCH_UP_S", 1.0)
-    monkeypatch.setattr(api, "_WAITING", threading.BoundedSemaphore(1))
+    monkeypatch.setattr(catch_up, "CATCH_UP_S", 1.0)
+    monkeypatch.setattr(catch_up, "_WAITING", threading.BoundedSemaphore(1))
     node = one_run()
     waiting = threading.Thread(target=get, args=(node, "/runs/r?min_revision=9"))
     waiting.start()
-    _until(lambda: api._WAITING._value == 0)  # type: ignore[attr-defined]
+    _until(lambda: catch_up._WAITING._value == 0)  # type: ignore[attr-defined]
     began = time.monotonic()
     status, body, _ = get(node, "/runs/r/history?min_revision=9")
     assert status == 503 and "too many reads are waiting already" in body["error"]
@@ -323,14 +324,14 @@ def test_what_counts_as_applied() -> None:
     snapshot = run.snapshot
     assert snapshot is not None
     at = snapshot.updated_at_ms
-    assert api._applied(snapshot, 1, at) and api._applied(snapshot, 0, None)
-    assert not api._applied(snapshot, 2, at)
+    assert catch_up._applied(snapshot, 1, at) and catch_up._applied(snapshot, 0, None)
+    assert not catch_up._applied(snapshot, 2, at)
     # a later transition committed at an earlier broker time (a leader whose clock is
     # behind): the revision decides
-    assert api._applied(snapshot, 1, at + 5_000)
+    assert catch_up._applied(snapshot, 1, at + 5_000)
     # a run of that id created after the transition asked for: the id used anew
-    assert api._applied(snapshot, 9, snapshot.created_at_ms - 1)
-    assert not api._applied(snapshot, 9, snapshot.created_at_ms)
+    assert catch_up._applied(snapshot, 9, snapshot.created_at_ms - 1)
+    assert not catch_up._applied(snapshot, 9, snapshot.created_at_ms)
 
 
 def test_a_read_of_the_database_does_not_put_an_older_snapshot_back() -> None:

@@ -13,24 +13,21 @@ from click.testing import CliRunner
 from confluent_kafka import KafkaError, KafkaException
 
 from processor.cli.main import cli
-from processor.kafka.topics import (
+from processor.kafka.topic_creation import count_brokers, provision_topics, resolve_plans
+from processor.kafka.topic_plans import (
     COMPACTED,
     DAY_MS,
     DEFAULT_RETENTION_MS,
     FOREVER,
-    ROLES,
     TopicDefaults,
-    TopicNames,
     TopicSettingError,
-    count_brokers,
     default_replication,
     min_insync_replicas,
     parse_retention,
     plan_topics,
-    provision_topics,
-    resolve_plans,
     retention_warnings,
 )
+from processor.kafka.topics import ROLES, TopicNames
 
 NAMES = TopicNames.with_prefix("rs.")
 

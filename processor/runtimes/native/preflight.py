@@ -10,7 +10,9 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from processor.kafka.config import KafkaSettings
-from processor.kafka.topics import TopicNames, describe_topics, max_message_bytes, plan_topics
+from processor.kafka.topic_checks import describe_topics, max_message_bytes
+from processor.kafka.topic_plans import plan_topics
+from processor.kafka.topics import TopicNames
 from processor.records.changelog_keys import FIRED_CHANGELOG_PREFIX
 from processor.records.limits import DEFAULT_MESSAGE_MAX_BYTES, RECORD_OVERHEAD, RecordLimits
 from processor.runtimes.errors import WorkerError

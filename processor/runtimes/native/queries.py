@@ -13,7 +13,7 @@ from processor.engine import Machine
 from processor.runtimes.native.store.indexes import InState
 from processor.runtimes.native.worker import Worker
 from processor.serving import peers
-from processor.serving.api import RunRecord
+from processor.serving.node import RunRecord
 from processor.serving.read_fence import ReadFence
 from processor.trust.http_auth import HttpTokens
 

@@ -1,0 +1,87 @@
+"""Reads across the cluster: the runs in a state (GET /runs?state=) and the runs per
+machine and state (GET /stats), this worker's part and each configured peer's, merged
+(peers.py). With local=1, this worker's part only: what a peer asks for."""
+
+import logging
+import time
+from typing import Any
+
+from processor.serving import peers
+from processor.serving.answers import Answer, json_answer
+from processor.serving.catch_up import wait_for_fence
+from processor.serving.node import Node
+
+log = logging.getLogger("runstate.http")
+
+
+def runs_in_state(node: Node, params: dict[str, str]) -> Answer:
+    if (fenced := wait_for_fence(node)) is not None:
+        return fenced
+    state = params.get("state")
+    try:
+        if not state:
+            raise ValueError("give a state: /runs?state=paused[&machine=...]")
+        limit = int(params.get("limit", "100"))
+        if not 1 <= limit <= 1000:
+            raise ValueError("limit must be 1 to 1000")
+        after = peers.parse_cursor(params.get("after"))
+    except ValueError as exc:
+        return json_answer(400, {"error": str(exc)})
+    now_ms = int(time.time() * 1000)
+    local = [
+        {
+            "run_id": r.run_id,
+            "machine": r.machine,
+            "state": r.state,
+            "entered_state_at_ms": r.entered_ms,
+            "time_in_state_ms": max(0, now_ms - r.entered_ms),
+        }
+        for r in node.runs_in_state(params.get("machine"), state, after, limit)
+    ]
+    if params.get("local") == "1":
+        return json_answer(200, {"items": local, "partitions": node.owned()})
+    pages, missing = _cluster(node, "/runs", params, local)
+    runs, cursor = peers.merge_runs(pages, limit)
+    return json_answer(200, {"runs": runs, "next": cursor, "missing_partitions": missing})
+
+
+def state_stats(node: Node, params: dict[str, str]) -> Answer:
+    if (fenced := wait_for_fence(node)) is not None:
+        return fenced
+    local = [
+        {"machine": m, "state": s, "runs": n, "oldest_entered_ms": oldest}
+        for m, s, n, oldest in node.local_stats()
+    ]
+    if params.get("local") == "1":
+        return json_answer(200, {"items": local, "partitions": node.owned()})
+    pages, missing = _cluster(node, "/stats", params, local)
+    return json_answer(200, {"states": peers.merge_stats(pages), "missing_partitions": missing})
+
+
+def _cluster(
+    node: Node, path: str, params: dict[str, str], local: Any
+) -> tuple[list[Any], list[int]]:
+    """This worker's answer and every other worker's; with the partitions whose owners
+    did not answer."""
+    pages, covered = [local], set(node.owned())
+    url = node.advertised_url
+    asked = {peers.origin_or_none(url)}  # itself, then each peer once
+    for peer in node.peers():
+        if peer.url == url:
+            continue
+        target = peers.configured_peer(peer.url, node.configured_peers)
+        if target is None:
+            log.warning("%s", peers.unconfigured(peer))
+            continue
+        if target in asked:
+            continue
+        asked.add(target)
+        try:
+            answered = peers.ask(target, path, params, node.http_tokens.first())
+        except (OSError, ValueError) as exc:
+            log.warning("%s did not answer %s: %s", target, path, exc)
+            continue
+        pages.append(answered["items"])
+        covered |= set(answered["partitions"])
+    missing = sorted(set(range(node.partition_count)) - covered)
+    return pages, missing
