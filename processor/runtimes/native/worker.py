@@ -15,8 +15,10 @@ The loop; each job is a part of its own, which owns its state:
 - `Quarantine` (poison.py): records whose outcome the broker keeps refusing;
 - `check_topics` (preflight.py): the topics fit the worker, and what records they take;
 - `WorkerQueries` (queries.py): what the HTTP API (processor/serving/api.py) asks of it;
-- `admit_batch` (admission.py), `decide_admitted` (pipeline.py): the decision, pure, in
-  two steps: a turn admits its whole batch first, then decides it record by record.
+- `admit_batch` (admission.py): a turn admits its whole batch first (signatures,
+  schema, placement);
+- `Processing` (processing.py): then each record is decided (`decide_admitted`, pure),
+  produced and staged, and due timers fire, into the open transaction.
 When the input has nothing more for now, and at the latest every 100 ms (or N
 records), the open transaction commits; on any failure it is
 aborted, and the consumer rewound to the committed offsets: nothing is half-applied.
@@ -25,41 +27,29 @@ aborted, and the consumer rewound to the committed offsets: nothing is half-appl
 import logging
 import threading
 import time
-from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaException, Message
 from confluent_kafka.admin import AdminClient
 
-from processor.engine import Beat, Commit, Forget
 from processor.observe.metrics import WorkerMetrics
-from processor.records.outputs import SMALL, OutputRecord, Source, publishable
-from processor.records.pipeline import (
-    Admitted,
-    DeadLetterReason,
-    Outcome,
-    decide_admitted,
-    outcome_run_id,
-)
 from processor.records.punctuator import Punctuator, timer_key
-from processor.records.stats import OutcomeStats
 from processor.runtimes import identity
 from processor.runtimes.errors import ClientBroken, WorkerError
-from processor.runtimes.native.admission import Admission, admit_batch
+from processor.runtimes.native.admission import admit_batch
 from processor.runtimes.native.assignment import Assignment
 from processor.runtimes.native.commits import CommitPipeline
 from processor.runtimes.native.consumer import proposals_consumer
 from processor.runtimes.native.heap import IdleTrim
 from processor.runtimes.native.poison import Quarantine
 from processor.runtimes.native.preflight import check_topics
+from processor.runtimes.native.processing import Processing, WorkerStats
 from processor.runtimes.native.snapshot_cache import SNAPSHOTS
 from processor.runtimes.native.statedir import StateDir, StateDirBusy
-from processor.runtimes.native.store.changes import PartitionTransaction
 from processor.runtimes.native.stores import StoreRegistry
 from processor.runtimes.native.verifier import BatchVerifier
 from processor.runtimes.settings import WorkerConfig
 from processor.serving.read_fence import ReadFence
 from processor.trust.keyring import KeyringWatch
-from schemas.messages import Proposal, Rejection
 
 log = logging.getLogger("runstate.worker")
 
@@ -73,13 +63,6 @@ CONSUME_WAIT_S = 0.02
 # How long a turn waits while a commit travels: its end is seen at the next turn, and the
 # records held for it are produced then (the worker cannot be woken by the commit).
 COMMITTING_WAIT_S = 0.002
-
-
-@dataclass
-class WorkerStats(OutcomeStats):
-    transactions: int = 0
-    aborts: int = 0
-    restored_records: int = 0
 
 
 class Worker:
@@ -133,6 +116,16 @@ class Worker:
         self.last_turn = time.monotonic()  # when the loop last turned (liveness)
         self.heap = IdleTrim()
         self.verifier = BatchVerifier()
+        self.processing = Processing(
+            config,
+            self.commits,
+            self.stores,
+            self.quarantine,
+            self.punctuator,
+            self.metrics,
+            self.stats,
+            lambda: self.partitions,
+        )
 
     @property
     def read_fence(self) -> ReadFence:
@@ -257,7 +250,7 @@ class Worker:
                 log.warning("consumer: %s", err)
                 continue
             assert admission is not None
-            self._process(msg, admission)
+            self.processing.record(msg, admission)
             if self.stats.aborts != aborts:
                 return  # rewound to the committed offsets: the rest comes again
         now = time.monotonic()
@@ -265,7 +258,7 @@ class Worker:
         due = now - self._last_punctuation >= self.config.settings.timer_interval_ms / 1000
         if due and not self.quarantine.active:
             self._last_punctuation = now
-            self._punctuate(int(time.time() * 1000))
+            self.processing.timers(int(time.time() * 1000))
         if now - self._last_lag >= LAG_INTERVAL_S:
             self._last_lag = now
             self.assignment.measure_lag(self.consumer)
@@ -319,103 +312,3 @@ class Worker:
         self.stores.close()
         self.state_dir.release()
         log.info("worker %s stopped", self.worker_id)
-
-    # -- processing ------------------------------------------------------------
-    def _process(self, msg: Message, admission: Admission) -> None:
-        partition = msg.partition() or 0
-        transaction = self.commits.transaction
-        assert transaction is not None
-        offset = msg.offset() or 0
-        isolated = self.quarantine.isolating(partition, offset)
-        if isolated and transaction.open:
-            aborts = self.stats.aborts
-            self.commits.commit()  # what came before goes in a transaction of its own
-            if self.stats.aborts != aborts:
-                return
-            transaction = self.commits.transaction
-            assert transaction is not None
-        store = transaction.store(partition)
-        if store is None:  # fetched before a revoke; not ours any more
-            return
-        _, timestamp = msg.timestamp()
-        source = Source(msg.topic() or "", partition, offset, msg.key(), msg.value(), timestamp)
-        began = time.perf_counter()
-        outcome = self._decide(store, source, admission.admitted)
-        self.metrics.decision.observe(admission.seconds + time.perf_counter() - began)
-        # A poisoned record's DLQ record stays small: it must fit whatever the broker takes.
-        limits = (
-            self.commits.limits if self.quarantine.poisoned(partition, offset) is None else SMALL
-        )
-        answers = (
-            store.answer_keys(outcome.transition.run_id) if isinstance(outcome, Forget) else ()
-        )
-        outcome, records = publishable(self.topics, outcome, source, limits, answers, self._relay)
-        run_id = outcome_run_id(outcome)
-        transaction.observed.stage(store.snapshot(run_id) if run_id else None, outcome)
-        transaction.decided(outcome)
-        # In the batch before producing: a produce refused at once names this record.
-        transaction.consumed(partition, offset)
-        for record in records:
-            transaction.produce(record, partition if record.partition is None else record.partition)
-        if isinstance(outcome, Rejection) and outcome.run_id and store.snapshot(outcome.run_id):
-            store.stage_refusal(outcome, records[0].value)  # for the run's inspector page
-        if isinstance(outcome, Commit):
-            store.stage(outcome, records[0].value, records[-1].value)
-        elif isinstance(outcome, Beat):
-            store.stage_beat(outcome, records[-1].value)
-        elif isinstance(outcome, Forget):
-            store.stage_forget(outcome.transition.run_id)
-        self.stats.count(outcome)
-        if isolated:
-            self.commits.commit()
-
-    def _relay(self, proposal: Proposal) -> OutputRecord:
-        """A message to another run, signed now (the record's time must be fresh)."""
-        return self.punctuator.relay(proposal, int(time.time() * 1000), self.partitions)
-
-    def _decide(
-        self, store: PartitionTransaction, source: Source, admitted: Admitted | Outcome
-    ) -> Outcome:
-        poisoned = self.quarantine.poisoned(source.partition, source.offset)
-        if poisoned is not None:
-            return DeadLetterReason(
-                f"the broker refused this record's outcome {self.quarantine.attempts} times "
-                f"({poisoned}); set aside so that the partition goes on"
-            )
-        if not isinstance(admitted, Admitted):
-            return admitted
-        try:
-            return decide_admitted(
-                admitted,
-                source.timestamp_ms,
-                machines=self.config.machines,
-                lookup=store.snapshot,
-                seen=store.seen,
-                max_state_bytes=self.config.settings.max_state_bytes,
-                commit_limits=self.commits.commit_limits,
-                max_relay_bytes=self.config.settings.max_proposal_bytes,
-                relays=self.punctuator.relays,
-            )
-        except Exception as exc:  # a bug must not turn one record into a stalled partition
-            log.exception(
-                "deciding %s[%s]@%s failed", source.topic, source.partition, source.offset
-            )
-            return DeadLetterReason(f"internal error while deciding: {exc!r}")
-
-    # -- timers -------------------------------------------------------------------
-    def _punctuate(self, now_ms: int) -> None:
-        """Fire every due timer once, into the open transaction (see punctuator.py)."""
-        transaction = self.commits.transaction
-        assert transaction is not None
-        for partition in self.stores.owned():
-            store = transaction.store(partition)
-            if store is None:
-                continue
-            for firing in self.punctuator.fire(now_ms, store, store.store.due_runs(now_ms)):
-                for record in firing.records:
-                    transaction.produce(record, partition)
-                transaction.records += 1
-                firing.log()
-                self.stats.fired(firing)
-                if not firing.is_deadline:
-                    transaction.observed.stage_alert(firing.snapshot.machine, firing.timer.name)
