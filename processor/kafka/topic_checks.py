@@ -30,7 +30,7 @@ def describe_topics(
 ) -> list[Drift]:
     """Every difference between the cluster and the plan; empty when they agree."""
     plans = list(plans)
-    topics = _settled_metadata(admin, [p.name for p in plans], timeout)
+    topics = _complete_metadata(admin, [p.name for p in plans], timeout)
     drift = []
     present = []
     for plan in plans:
@@ -59,20 +59,20 @@ def describe_topics(
 
 
 #: How long a topic may look missing before it is reported so (seconds): see below.
-SETTLE_S = 1.0
+METADATA_WAIT_S = 1.0
 
 
-def _settled_metadata(admin: AdminClient, names: list[str], timeout: float) -> dict[str, Any]:
-    """The cluster's topic metadata, asked again for up to SETTLE_S while any of
+def _complete_metadata(admin: AdminClient, names: list[str], timeout: float) -> dict[str, Any]:
+    """The cluster's topic metadata, asked again for up to METADATA_WAIT_S while any of
     `names` is missing. Each broker learns of a new topic from the controller on its
     own, and each request may go to another broker: on a three-node cluster one that
     did not know them yet answered right after `topics create` had seen them all led,
     and a describe reported them missing."""
-    settle = time.monotonic() + SETTLE_S
+    waited = time.monotonic() + METADATA_WAIT_S
     while True:
         topics: dict[str, Any] = admin.list_topics(timeout=timeout).topics
         missing = [n for n in names if n not in topics or topics[n].error is not None]
-        if not missing or time.monotonic() > settle:
+        if not missing or time.monotonic() > waited:
             return topics
         time.sleep(0.1)
 

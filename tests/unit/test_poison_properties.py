@@ -986,17 +986,17 @@ def _store_round_trip(
         else:
             assert isinstance(outcome, Commit), outcome
     actions = ["propose"] * 8 + ["fire", "flush", "counts", "resend", "forget"]
-    actions += ["pipeline", "settle"]
+    actions += ["pipeline", "finish_commit"]
     # The worker's pipelined commit: a transaction prepared while its commit travels, the
-    # next one deciding over it; written once the commit is over ("settle").
+    # next one deciding over it; written once the commit is over ("finish_commit").
     pending: tuple[PreparedWrite, dict[str, int]] | None = None
 
-    def settle() -> None:
+    def finish_commit() -> None:
         nonlocal pending
         if pending is not None:
             prepared, offsets = pending
             prepared.apply(offsets)
-            txn.settled()
+            txn.base_committed()
             pending = None
             hypothesis.event("a pipelined commit")
 
@@ -1004,13 +1004,13 @@ def _store_round_trip(
         kind = data.draw(st.sampled_from(actions))
         run_id = data.draw(st.sampled_from(run_ids))
         at_ms += data.draw(st.integers(1, 3))
-        if kind in ("pipeline", "settle", "flush", "counts"):
-            settle()
+        if kind in ("pipeline", "finish_commit", "flush", "counts"):
+            finish_commit()
         if kind == "pipeline":
             pending = (txn.prepare(), model.offsets())
             txn = store.begin(base=txn)
             continue
-        if kind == "settle":
+        if kind == "finish_commit":
             continue
         if run_id not in model.snapshots:  # forgotten: the run id is free again
             assert isinstance(_create(txn, model, run_id, seq, data), Commit)
@@ -1068,7 +1068,7 @@ def _store_round_trip(
             obj = {"run_id": run_id, "proposal_id": f"p{seq}", "event": name, "payload": payload}
             seq += 1
             _propose(txn, model, run_id, obj, at_ms)
-    settle()
+    finish_commit()
     txn.flush(model.offsets())
     page = data.draw(st.integers(1, 3), label="page")
     now_ms = data.draw(st.integers(NOW, NOW + 10_000_000), label="now")

@@ -141,25 +141,25 @@ from tests.unit.driver import Driver
 store = PartitionStore(Path(sys.argv[1]))
 snapshot = Driver(run_id="r1").create("run_state").snapshot
 store.restore([(b"r1", snapshot.model_dump_json().encode(), snapshot_index(snapshot))], {"c": 5})
-if sys.argv[2] == "settle":
-    store.settle()
+if sys.argv[2] == "flush":
+    store.flush_restored()
 os._exit(0)  # as a SIGKILL: no close
 """
 
 
-@pytest.mark.parametrize("settled", [True, False])
-def test_a_restore_is_all_there_once_settled_and_at_worst_absent_before(
-    tmp_path: Path, settled: bool
+@pytest.mark.parametrize("flushed", [True, False])
+def test_a_restore_is_all_there_once_flushed_and_at_worst_absent_before(
+    tmp_path: Path, flushed: bool
 ) -> None:
-    """Restore skips the write-ahead log: a process that dies before `settle` loses what
+    """Restore skips the write-ahead log: a process that dies before `flush_restored` loses what
     restore wrote, offsets included (so the next restore reads it again), never half."""
     path = tmp_path / "p0"
-    argv = [sys.executable, "-c", _RESTORE_THEN_DIE, str(path), "settle" if settled else "-"]
+    argv = [sys.executable, "-c", _RESTORE_THEN_DIE, str(path), "flush" if flushed else "-"]
     subprocess.run(argv, check=True, cwd=Path(__file__).resolve().parents[2], timeout=120)
     store = PartitionStore(path)
     found = (store.offset("c"), store.committed_snapshot("r1") is not None)
     store.close()
-    assert found == ((5, True) if settled else (None, False))
+    assert found == ((5, True) if flushed else (None, False))
 
 
 def test_stores_report_rocksdbs_memory_by_kind(tmp_path: Path) -> None:

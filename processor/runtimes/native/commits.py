@@ -2,7 +2,7 @@
 open `Transaction`, the one whose commit travels, and the read fence around it.
 
 One commit travels at a time while the next transaction decides over its changes
-(`start_commit`, then `settle` at a later turn). Any failure aborts both unapplied
+(`start_commit`, then `finish_commit` at a later turn). Any failure aborts both unapplied
 (`abort`), unless the travelling commit went through after all, and rewinds the input to
 the committed offsets, so nothing is half-applied. A producer whose call hung is
 replaced by one of the same transactional id, whose init fences the old
@@ -111,24 +111,24 @@ class CommitPipeline:
     def commit(self) -> None:
         """Commit the open transaction, if any, and start the next; wait for both."""
         self.start_commit()
-        self.settle()
+        self.finish_commit()
 
     def start_commit(self) -> None:
         """Start the open transaction's commit, after the one in flight (if any) is over;
         the next transaction decides meanwhile, over its changes."""
-        if not self.settle():
+        if not self.finish_commit():
             return
         transaction = self.transaction
         if transaction is None or not transaction.open:
             return
         assert self.consumer is not None
-        self.unfence()  # (settled above: none is open; a leaked one would stall reads)
+        self.unfence()  # (finished above: none is open; a leaked one would stall reads)
         self._fenced = self.read_fence.open()  # before its outcomes can be seen
         transaction.start_commit(self.consumer.consumer_group_metadata())
         self.committing = transaction
         self.transaction = self.new_transaction(after=transaction)
 
-    def settle(self) -> bool:
+    def finish_commit(self) -> bool:
         """Wait for the commit in flight, if any, and finish it: the stores move, and the
         open transaction produces what it held. False when it failed (then aborted)."""
         committing, self.committing = self.committing, None
@@ -143,7 +143,7 @@ class CommitPipeline:
         self.unfence()
         transaction = self.transaction
         assert transaction is not None
-        transaction.settled()
+        transaction.base_committed()
         return True
 
     def unfence(self) -> None:

@@ -127,7 +127,7 @@ def restore_partitions(
         consumer.close()
         # Restore writes skip the write-ahead log: on disk before the worker writes.
         for store in stores.values():
-            store.settle()
+            store.flush_restored()
 
 
 def bulk_consumer(settings: KafkaSettings) -> Consumer:

@@ -56,7 +56,7 @@ class Transaction:
         self._to_log: list[Outcome] = []
         self._partitions: dict[int, PartitionTransaction] = {}
         #: The previous transaction while its commit travels: this one decides over its
-        #: changes and holds its own records until it is over (`settled`).
+        #: changes and holds its own records until it is over (`base_committed`).
         self._after = after
         self._held: list[tuple[OutputRecord, int]] = []
         self._produced = False
@@ -122,12 +122,12 @@ class Transaction:
             return
         self.producer.produce(record.topic, record.key, record.value, partition, record.headers)
 
-    def settled(self) -> None:
+    def base_committed(self) -> None:
         """The previous transaction committed and its changes reached the stores: read
         the stores again, and produce what was held (in the order decided)."""
         self._after = None
         for txn in self._partitions.values():
-            txn.settled()
+            txn.base_committed()
         held, self._held = self._held, []
         for record, partition in held:
             self.produce(record, partition)
@@ -138,7 +138,7 @@ class Transaction:
 
     def start_commit(self, group_metadata: object) -> None:
         """Steps 2 and 3 in another thread; meanwhile, the stores' batches are built here
-        (the caller may go on deciding into the next transaction: see `settled`)."""
+        (the caller may go on deciding into the next transaction: see `base_committed`)."""
         assert self._after is None, "committed before the previous transaction"
         self._began = time.perf_counter()
         offsets = [

@@ -227,7 +227,7 @@ class Worker:
         assert self.consumer is not None and commits.producer is not None
         self.last_turn = time.monotonic()
         if commits.committing is not None and commits.committing.commit_done:
-            commits.settle()
+            commits.finish_commit()
         if self.assignment.restores:
             self.assignment.finish_restores(self.consumer)
         if commits.stale_coordinator and (self.stores.owned() or self.assignment.restores):

@@ -42,7 +42,7 @@ class PartitionTransaction:
     def __init__(self, store: "PartitionStore", base: "PartitionTransaction | None" = None) -> None:
         self.store = store
         #: The previous transaction while its commit travels: its changes are not in the
-        #: store yet, so this one reads through them (`settled` cuts the link once they
+        #: store yet, so this one reads through them (`base_committed` cuts the link once they
         #: are).
         self.base = base
         self.snapshots: dict[str, RunSnapshot] = {}
@@ -113,7 +113,7 @@ class PartitionTransaction:
         keys.update(answer_changelog_key(r, p) for r, p in self.answers if r == run_id)
         return sorted(keys)
 
-    def settled(self) -> None:
+    def base_committed(self) -> None:
         """The base transaction's changes reached the store: read the store again."""
         self.base = None
 

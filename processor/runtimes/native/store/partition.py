@@ -332,8 +332,8 @@ class PartitionStore:
         without one). A run's tombstone (it was forgotten) drops all of it that came
         before; compaction later drops it from the changelog too.
 
-        Written without the write-ahead log: `settle` makes it durable, and restore's
-        caller settles before the store takes live (logged) writes. A crash before that
+        Written without the write-ahead log: `flush_restored` makes it durable, and restore's
+        caller flushes before the store takes live (logged) writes. A crash before that
         loses a suffix of what restore wrote, offsets included (they are in the same
         batches, and memtables reach disk in order), so the next restore reads it again.
         """
@@ -359,7 +359,7 @@ class PartitionStore:
         self._db.write(batch, UNLOGGED)
         self._counts = None if counts is None else +counts  # a new one: HTTP threads read it
 
-    def settle(self) -> None:
+    def flush_restored(self) -> None:
         """Make what `restore` wrote durable (it skips the write-ahead log)."""
         self._db.flush(True)
 
