@@ -11,7 +11,8 @@ from benchmarks.contenders import Setup
 from benchmarks.records import RawRecord
 from benchmarks.workload import BENCH_MAX_AGE_MS, for_topic, lives, signed
 from processor.kafka.topics import TopicNames, create_topics, plan_topics
-from processor.trust.keyring import Keyring, dump_keyring, generate_keyring
+from processor.trust.keygen import generate_keyring
+from processor.trust.keyring import Keyring, dump_keyring
 from schemas.messages import Proposal
 
 PARTITIONS = 3

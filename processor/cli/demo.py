@@ -23,7 +23,8 @@ from processor.kafka.config import KafkaSettings
 from processor.kafka.readback import read_topics
 from processor.kafka.topics import TopicNames, create_topics, plan_topics
 from processor.runtimes.native.process import WorkerProcess
-from processor.trust.keyring import dump_keyring, generate_keyring, signing_keys
+from processor.trust.keygen import generate_keyring
+from processor.trust.keyring import dump_keyring, signing_keys
 from schemas.messages import Rejection, Transition
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from processor.cli.options import option
+from processor.trust.keygen import generate_keys, new_key
 from processor.trust.keyring import (
     KeyEntry,
     Keyring,
@@ -17,9 +18,7 @@ from processor.trust.keyring import (
     SigningKey,
     dump_keyring,
     dump_signing_key,
-    generate_keys,
     load_keyring,
-    new_key,
 )
 from processor.trust.signatures import Algorithm
 

@@ -24,7 +24,8 @@ from processor.kafka.config import KafkaSettings
 from processor.kafka.readback import read_partitions
 from processor.kafka.topics import TopicNames, create_topics, plan_topics
 from processor.machines import builtin_machines
-from processor.trust.keyring import generate_keyring, load_keyring
+from processor.trust.keygen import generate_keyring
+from processor.trust.keyring import load_keyring
 from schemas.codes import RejectionCode
 from schemas.messages import Rejection, RunSnapshot, Transition
 from tests.integration.harness import Env, WorkerProcess, published, runstate

@@ -14,7 +14,8 @@ from processor.machines import builtin_machines, builtin_source
 from processor.records.intake import Headers
 from processor.records.pipeline import RunsInMemory, decide_record
 from processor.records.punctuator import Punctuator
-from processor.trust.keyring import Keyring, generate_keyring, signing_key_from
+from processor.trust.keygen import generate_keyring
+from processor.trust.keyring import Keyring, signing_key_from
 from schemas import Proposal, Transition
 from schemas.audit import transition_hash
 from tests.unit.driver import APPROVER, Driver
