@@ -4,7 +4,6 @@ import dataclasses
 import json
 import os
 import sys
-from datetime import datetime
 from pathlib import Path
 
 import click
@@ -40,22 +39,8 @@ from processor.kafka.topics import TopicDefaults, TopicSettingError
 from processor.records.outputs import CommitLimits
 from processor.runtimes.native.preflight import learn_limits
 from processor.runtimes.native.statedir import StateDirBusy
+from processor.times import parse_time
 from processor.trust.keyring import KeyringError, load_keyring
-
-
-def parse_time(text: str) -> int:
-    """Milliseconds since the epoch, from digits (ms) or an ISO-8601 time."""
-    if text.isdigit():
-        return int(text)
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise click.BadParameter(
-            f"'{text}' is neither epoch milliseconds nor ISO-8601 (2026-11-29T10:00:00Z)"
-        ) from exc
-    if moment.tzinfo is None:
-        raise click.BadParameter(f"'{text}' has no time zone; add Z or +01:00")
-    return int(moment.timestamp() * 1000)
 
 
 @click.command()
@@ -95,7 +80,10 @@ def replay(
     # The workers' keyring checks the operators' signatures on the machines topic's
     # versions; without one, only the versions held here decide.
     machines = catalog_with_versions(machine_paths, kafka, optional_keyring(keyring_file))
-    since = parse_time(from_time) if from_time else None
+    try:
+        since = parse_time(from_time) if from_time else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
     table = Table("partition", "transitions read", "applied", "runs", "problems")
     problems = 0
     try:

@@ -3,7 +3,6 @@
 import json
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +21,10 @@ from processor.cli.options import (
     pass_kafka,
     worker_url_option,
 )
-from processor.cli.recovery import parse_time
 from processor.client import OutcomeTimeout, RunReader, RunstateClient, Unavailable
 from processor.history.rebuild import RebuildError, run_as_of
 from processor.kafka.readback import watermarks
+from processor.times import duration, now_ms, parse_time
 from processor.trust.keyring import KeyringError, load_keyring, load_signing_key, signing_key_from
 from schemas.messages import Rejection
 
@@ -229,7 +228,10 @@ def get(
         except (LookupError, Unavailable) as exc:
             raise click.ClickException(str(exc)) from exc
     else:
-        at_ms = None if at_time is None else parse_time(at_time)
+        try:
+            at_ms = None if at_time is None else parse_time(at_time)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from exc
         # The keyring checks the operators' signatures on the machines topic's versions.
         keyring = optional_keyring(keyring_file)
         machines = catalog_with_versions(machine_paths, kafka, keyring)
@@ -318,7 +320,7 @@ def stats(
     """How many runs are in each state across the cluster, and how long the oldest has
     waited there (any worker answers for all); with --state, those runs, longest first."""
     reader = _reader(worker_urls, http_token)
-    now_ms = int(time.time() * 1000)
+    now = now_ms()
     try:
         data = reader.stats() if state is None else reader.runs_in_state(state, machine, limit)
     except (LookupError, ValueError, Unavailable) as exc:
@@ -328,13 +330,13 @@ def stats(
         table = Table("machine", "state", "runs", "longest in state")
         for row in data["states"]:
             oldest = row["oldest_entered_ms"]
-            longest = "" if oldest is None else _duration(now_ms - oldest)
+            longest = "" if oldest is None else duration(now - oldest)
             table.add_row(row["machine"], row["state"], f"{row['runs']:,}", longest)
     else:
         table = Table("run", "machine", "state", "in state for")
         for run in data["runs"]:
             table.add_row(
-                run["run_id"], run["machine"], run["state"], _duration(run["time_in_state_ms"])
+                run["run_id"], run["machine"], run["state"], duration(run["time_in_state_ms"])
             )
     console.print(table)
     if data.get("next"):
@@ -344,10 +346,3 @@ def stats(
             f"[red]partitions {data['missing_partitions']} did not answer[/] (their workers are "
             "down or rebalancing): these figures leave them out"
         )
-
-
-def _duration(ms: int) -> str:
-    seconds = max(0, ms) // 1000
-    hours, rest = divmod(seconds, 3600)
-    minutes, seconds = divmod(rest, 60)
-    return f"{hours}h{minutes:02d}m{seconds:02d}s" if hours else f"{minutes}m{seconds:02d}s"
