@@ -7,7 +7,8 @@ public keys only, so whoever verifies cannot sign; an HMAC key's secret verifies
 signs alike.
 
 A worker loads its keyring from a file (RUNSTATE_KEYRING_FILE) and reads it again when
-the file changes, or from JSON text (RUNSTATE_KEYRING). `runstate keys` manages both.
+the file changes, or from JSON text (RUNSTATE_KEYRING). New keys are made in
+`keygen.py`; `keyfiles.py` changes a keyring file in place (what `runstate keys` does).
 """
 
 import json
