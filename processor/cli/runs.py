@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from confluent_kafka import Consumer, TopicPartition
 from rich.console import Console
 from rich.table import Table
 
@@ -23,7 +22,7 @@ from processor.cli.options import (
 )
 from processor.client import OutcomeTimeout, RunReader, RunstateClient, Unavailable
 from processor.history.rebuild import RebuildError, run_as_of
-from processor.kafka.readback import watermarks
+from processor.kafka.readback import TopicUnavailable, follow
 from processor.times import duration, now_ms, parse_time
 from processor.trust.keyring import KeyringError, load_keyring, load_signing_key, signing_key_from
 from schemas.messages import Rejection
@@ -273,35 +272,16 @@ def tail(what: str, from_beginning: bool, limit: int, kafka: KafkaContext) -> No
     topic = {"transitions": topics.transitions, "rejections": topics.rejections}.get(
         what, topics.dlq
     )
-    consumer = Consumer(
-        kafka.settings.client(
-            {
-                "group.id": "runstate-tail",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-            }
-        )
-    )
-    meta = consumer.list_topics(topic, timeout=30).topics[topic]
-    if meta.error is not None:
-        raise click.ClickException(f"{topic}: {meta.error}; run `runstate topics create`?")
-    start = []
-    for p in meta.partitions:
-        low, high = watermarks(consumer, TopicPartition(topic, p))
-        start.append(TopicPartition(topic, p, low if from_beginning else high))
-    consumer.assign(start)
-    seen = 0
     try:
-        while limit == 0 or seen < limit:
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error() is not None:
-                continue
-            click.echo((msg.value() or b"").decode())
-            seen += 1
-    except KeyboardInterrupt:
-        pass
-    finally:
-        consumer.close()
+        follower = follow(kafka.settings, topic, from_beginning=from_beginning, limit=limit or None)
+    except TopicUnavailable as exc:
+        raise click.ClickException(f"{exc}; run `runstate topics create`?") from exc
+    with follower:
+        try:
+            for value in follower:
+                click.echo(value.decode())
+        except KeyboardInterrupt:
+            pass
 
 
 @click.command()
