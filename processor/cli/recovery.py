@@ -26,14 +26,8 @@ from processor.cli.options import (
     state_dir_option,
 )
 from processor.cli.topics import topic_settings
-from processor.history.audit import (
-    Finding,
-    verify_continuations,
-    verify_migrations,
-    verify_partition,
-    verify_runs_across_partitions,
-)
 from processor.history.rebuild import RebuildError, StoresExist, partition_count, rebuild_stores
+from processor.history.verify import verify_topics
 from processor.kafka.readback import read_partitions
 from processor.kafka.topics import TopicDefaults, TopicSettingError
 from processor.records.outputs import CommitLimits
@@ -185,34 +179,22 @@ def verify(
     with console.status("Reading the proposals and transitions topics"):
         proposals = read_partitions(settings, topics.proposals)
         transitions = read_partitions(settings, topics.transitions)
-    findings = [Finding(r.partition, r.offset, str(r), "machines") for r in refused]
-    checked = 0
     with Progress(console=console) as progress:
         task = progress.add_task("Verifying partitions", total=partitions)
-        for p in range(partitions):
-            findings += verify_partition(
-                p,
-                proposals.get(p, []),
-                transitions.get(p, []),
-                topic=topics.proposals,
-                machines=machines,
-                keyring=keyring,
-                partitions=partitions,
-                max_bytes=max_proposal_bytes,
-                max_state_bytes=max_state_bytes,
-                commit_limits=CommitLimits(topics, limits),
-            )
-            findings += verify_migrations(
-                p,
-                proposals.get(p, []),
-                transitions.get(p, []),
-                topic=topics.proposals,
-                keyring=keyring,
-            )
-            checked += len(transitions.get(p, []))
-            progress.advance(task)
-    findings += verify_runs_across_partitions(transitions)
-    findings += verify_continuations(transitions, machines)
+        result = verify_topics(
+            proposals,
+            transitions,
+            partitions=partitions,
+            topic=topics.proposals,
+            machines=machines,
+            keyring=keyring,
+            max_bytes=max_proposal_bytes,
+            max_state_bytes=max_state_bytes,
+            commit_limits=CommitLimits(topics, limits),
+            refused=refused,
+            on_partition=lambda _: progress.advance(task),
+        )
+    findings, checked = result.findings, result.transitions
     if as_json:
         found = [dataclasses.asdict(f) for f in findings]
         click.echo(json.dumps({"transitions": checked, "differences": found}))
@@ -224,6 +206,6 @@ def verify(
         sys.exit(1)
     console.print(
         f"verified {checked} transitions against "
-        f"{sum(len(v) for v in proposals.values())} proposals in {partitions} partitions: "
+        f"{result.proposals} proposals in {partitions} partitions: "
         "every transition follows from the proposals and every chain is intact"
     )
