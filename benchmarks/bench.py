@@ -13,7 +13,8 @@ from benchmarks.workload import BENCH_MAX_AGE_MS, for_topic, lives, signed
 from processor.kafka.topic_creation import create_topics
 from processor.kafka.topic_plans import plan_topics
 from processor.kafka.topics import TopicNames
-from processor.trust.keyring import Keyring, dump_keyring, generate_keyring
+from processor.trust.keygen import generate_keyring
+from processor.trust.keyring import Keyring, dump_keyring
 from schemas.messages import Proposal
 
 PARTITIONS = 3

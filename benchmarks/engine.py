@@ -22,7 +22,7 @@ from processor.engine import Commit, decide
 from processor.kafka.partitioning import partition_for
 from processor.machines import builtin_machines
 from processor.records.pipeline import Placement, RunsInMemory, decide_record
-from processor.trust.keyring import generate_keys
+from processor.trust.keygen import generate_keys
 from processor.trust.signatures import Algorithm, RecordHeaders
 from schemas import Principal, Proposal, RunSnapshot
 

@@ -42,7 +42,8 @@ from processor.records.pipeline import (
 )
 from processor.runtimes.native.store.changes import PartitionTransaction
 from processor.runtimes.native.store.partition import PartitionStore
-from processor.trust.keyring import Keyring, generate_keyring
+from processor.trust.keygen import generate_keyring
+from processor.trust.keyring import Keyring
 from schemas import Rejection
 
 STAGES = ("admit", "decide", "encode", "stage", "store", "metrics")

@@ -25,7 +25,8 @@ from processor.kafka.topic_creation import create_topics
 from processor.kafka.topic_plans import plan_topics
 from processor.kafka.topics import TopicNames
 from processor.runtimes.native.process import WorkerProcess
-from processor.trust.keyring import dump_keyring, generate_keyring, signing_keys
+from processor.trust.keygen import generate_keyring
+from processor.trust.keyring import dump_keyring, signing_keys
 from schemas.messages import Rejection, Transition
 
 

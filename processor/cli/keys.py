@@ -1,26 +1,17 @@
 """`runstate keys`: keyrings for workers and auditors, signing keys for producers."""
 
 import json
-import os
-import re
-import tempfile
-import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
 
 from processor.cli.options import option
-from processor.trust.keyring import (
-    KeyEntry,
-    Keyring,
-    KeyringError,
-    SigningKey,
-    dump_keyring,
-    dump_signing_key,
-    generate_keys,
-    load_keyring,
-    new_key,
-)
+from processor.times import now_ms
+from processor.trust import keyfiles
+from processor.trust.keyfiles import KeyLimits
+from processor.trust.keyring import KeyringError
 from processor.trust.signatures import Algorithm
 
 #: Every change takes effect this long after it is written, by default: longer than a
@@ -82,12 +73,9 @@ def generate(out: Path, algorithm: str, private_dir: Path | None, force: bool) -
     --timer-key-file); and each key's signing key."""
     if out.exists() and not force:
         raise click.ClickException(f"{out} exists; use --force to replace it")
-    keyring, signing = generate_keys(Algorithm(algorithm))
-    directory = private_dir or out.parent / f"{out.stem}.private"
-    directory.mkdir(parents=True, exist_ok=True)
-    written = {k: str(_write_secret(directory / f"{k}.key.json", s)) for k, s in signing.items()}
-    _write_keyring(out, keyring)
-    click.echo(json.dumps({"keyring": str(out), "signing_keys": written}))
+    made = keyfiles.generate(out, Algorithm(algorithm), private_dir)
+    written = {k: str(path) for k, path in made.signing_keys.items()}
+    click.echo(json.dumps({"keyring": str(made.keyring), "signing_keys": written}))
 
 
 @keys.command()
@@ -145,29 +133,33 @@ def add(
     effective_in_ms: int,
 ) -> None:
     """Add a key KEY_ID to the keyring (created if missing) and write its signing key."""
-    keyring = _read(keyring_file, missing_ok=True)
-    if key_id in keyring.keys:
-        raise click.ClickException(f"key '{key_id}' is already in {keyring_file}")
-    starts = _now_ms() + effective_in_ms
-    try:
-        entry, signing = new_key(
+    limits = KeyLimits(
+        not_after_ms=valid_until_ms,
+        machines=machines or None,
+        run_prefixes=run_prefixes or None,
+        operator=operator or None,
+        processor=processor or None,
+    )
+    with _refusals():
+        added = keyfiles.add(
+            keyring_file,
             key_id,
             Algorithm(algorithm),
             source,
             authority,
-            not_before_ms=starts,
-            not_after_ms=valid_until_ms,
-            machines=machines or None,
-            run_prefixes=run_prefixes or None,
-            operator=operator or None,
-            processor=processor or None,
+            not_before_ms=now_ms() + effective_in_ms,
+            limits=limits,
+            signing_key_out=private_key_out,
         )
-    except ValueError as exc:
-        raise click.ClickException(str(exc)) from exc
-    out = _write_secret(private_key_out or Path(f"{key_id}.key.json"), signing)
-    updated = {**keyring.keys, key_id: entry}
-    _write_keyring(keyring_file, keyring.model_copy(update={"keys": updated}))
-    click.echo(json.dumps({"added": key_id, "not_before_ms": starts, "signing_key": str(out)}))
+    click.echo(
+        json.dumps(
+            {
+                "added": key_id,
+                "not_before_ms": added.not_before_ms,
+                "signing_key": str(added.signing_key),
+            }
+        )
+    )
 
 
 @keys.command()
@@ -203,38 +195,23 @@ def rotate(
 ) -> None:
     """Replace KEY_ID by a new key with the same principal and scope: the new key starts
     after --effective-in-ms, the old one expires --overlap-ms after that."""
-    keyring = _read(keyring_file)
-    old = _entry(keyring, key_id)
-    fresh_id = new_key_id or _next_id(key_id, keyring)
-    if fresh_id in keyring.keys:
-        raise click.ClickException(f"key '{fresh_id}' is already in {keyring_file}")
-    starts = _now_ms() + effective_in_ms
-    ends = starts + overlap_ms
-    entry, signing = new_key(
-        fresh_id,
-        old.algorithm,
-        old.source,
-        old.authority,
-        not_before_ms=starts,
-        not_after_ms=old.not_after_ms,
-        machines=old.machines,
-        run_prefixes=old.run_prefixes,
-        operator=old.operator,
-        processor=old.processor,
-    )
-    if old.not_after_ms is None or old.not_after_ms > ends:
-        old = old.model_copy(update={"not_after_ms": ends})
-    out = _write_secret(private_key_out or Path(f"{fresh_id}.key.json"), signing)
-    updated = {**keyring.keys, key_id: old, fresh_id: entry}
-    _write_keyring(keyring_file, keyring.model_copy(update={"keys": updated}))
+    with _refusals():
+        rotated = keyfiles.rotate(
+            keyring_file,
+            key_id,
+            not_before_ms=now_ms() + effective_in_ms,
+            overlap_ms=overlap_ms,
+            new_key_id=new_key_id,
+            signing_key_out=private_key_out,
+        )
     click.echo(
         json.dumps(
             {
                 "rotated": key_id,
-                "new_key_id": fresh_id,
-                "not_before_ms": starts,
-                "old_not_after_ms": old.not_after_ms,
-                "signing_key": str(out),
+                "new_key_id": rotated.new_key_id,
+                "not_before_ms": rotated.not_before_ms,
+                "old_not_after_ms": rotated.old_not_after_ms,
+                "signing_key": str(rotated.signing_key),
             }
         )
     )
@@ -247,15 +224,9 @@ def rotate(
 def revoke(key_id: str, keyring_file: Path, effective_in_ms: int) -> None:
     """Revoke KEY_ID: records appended from the revocation on are refused
     (unauthenticated); what it signed before stays verifiable."""
-    keyring = _read(keyring_file)
-    entry = _entry(keyring, key_id)
-    at = _now_ms() + effective_in_ms
-    if entry.revoked_at_ms is not None and entry.revoked_at_ms <= at:
-        raise click.ClickException(f"key '{key_id}' is revoked already (at {entry.revoked_at_ms})")
-    revoked = entry.model_copy(update={"revoked_at_ms": at})
-    _write_keyring(
-        keyring_file, keyring.model_copy(update={"keys": {**keyring.keys, key_id: revoked}})
-    )
+    at = now_ms() + effective_in_ms
+    with _refusals():
+        keyfiles.revoke(keyring_file, key_id, at)
     click.echo(json.dumps({"revoked": key_id, "revoked_at_ms": at}))
 
 
@@ -263,65 +234,15 @@ def revoke(key_id: str, keyring_file: Path, effective_in_ms: int) -> None:
 @keyring_option
 def list_keys(keyring_file: Path) -> None:
     """Print the keyring's keys as JSON: principal, validity, scope; never a secret."""
-    keyring = _read(keyring_file)
-    now = _now_ms()
-    shown = []
-    for key_id, entry in sorted(keyring.keys.items()):
-        fields = entry.model_dump(mode="json", exclude_none=True, exclude={"secret"})
-        refused = entry.refuses_at(key_id, now)
-        shown.append({"key_id": key_id, **fields, "valid_now": refused is None})
-    click.echo(json.dumps({"keys": shown}, indent=2))
+    with _refusals():
+        keyring = keyfiles.read_keyring(keyring_file)
+    click.echo(json.dumps({"keys": keyfiles.key_listing(keyring, now_ms())}, indent=2))
 
 
-def _read(path: Path, missing_ok: bool = False) -> Keyring:
-    if missing_ok and not path.exists():
-        return Keyring(keys={})
+@contextmanager
+def _refusals() -> Iterator[None]:
+    """A keyring that does not load, or a change it refuses: a click error saying why."""
     try:
-        return load_keyring(path, None)
+        yield
     except KeyringError as exc:
         raise click.ClickException(str(exc)) from exc
-
-
-def _entry(keyring: Keyring, key_id: str) -> KeyEntry:
-    entry = keyring.keys.get(key_id)
-    if entry is None:
-        raise click.ClickException(
-            f"no key '{key_id}' in the keyring; have: {', '.join(sorted(keyring.keys))}"
-        )
-    return entry
-
-
-def _next_id(key_id: str, keyring: Keyring) -> str:
-    found = re.fullmatch(r"(.*)\.([0-9]+)", key_id)
-    base, n = (found.group(1), int(found.group(2))) if found else (key_id, 1)
-    while f"{base}.{n}" in keyring.keys or n == 1:
-        n += 1
-    return f"{base}.{n}"
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def _write_keyring(path: Path, keyring: Keyring) -> None:
-    """Replace the file whole (write, then rename): a worker reading it again never
-    sees half of it."""
-    _replace(path, dump_keyring(keyring), 0o644)
-
-
-def _write_secret(path: Path, key: SigningKey) -> Path:
-    _replace(path, dump_signing_key(key), 0o600)
-    return path
-
-
-def _replace(path: Path, text: str, mode: int) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -30,7 +30,8 @@ from processor.history.versions import (
 )
 from processor.machines import builtin_machines, load_catalog, load_machine_file
 from processor.runtimes.errors import WorkerError
-from processor.trust.keyring import OPERATOR_KEY_ID, Keyring, KeyringError, load_keyring
+from processor.trust.keygen import OPERATOR_KEY_ID
+from processor.trust.keyring import Keyring, KeyringError, load_keyring
 from schemas.machine import MachineSpec
 
 

@@ -4,7 +4,6 @@ import dataclasses
 import json
 import os
 import sys
-from datetime import datetime
 from pathlib import Path
 
 import click
@@ -27,35 +26,15 @@ from processor.cli.options import (
     state_dir_option,
 )
 from processor.cli.topics import topic_settings
-from processor.history.audit import (
-    Finding,
-    verify_continuations,
-    verify_migrations,
-    verify_partition,
-    verify_runs_across_partitions,
-)
 from processor.history.rebuild import RebuildError, StoresExist, partition_count, rebuild_stores
+from processor.history.verify import verify_topics
 from processor.kafka.readback import read_partitions
 from processor.kafka.topic_plans import TopicDefaults, TopicSettingError
 from processor.records.outputs import CommitLimits
 from processor.runtimes.native.preflight import learn_limits
 from processor.runtimes.native.statedir import StateDirBusy
+from processor.times import parse_time
 from processor.trust.keyring import KeyringError, load_keyring
-
-
-def parse_time(text: str) -> int:
-    """Milliseconds since the epoch, from digits (ms) or an ISO-8601 time."""
-    if text.isdigit():
-        return int(text)
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise click.BadParameter(
-            f"'{text}' is neither epoch milliseconds nor ISO-8601 (2026-11-29T10:00:00Z)"
-        ) from exc
-    if moment.tzinfo is None:
-        raise click.BadParameter(f"'{text}' has no time zone; add Z or +01:00")
-    return int(moment.timestamp() * 1000)
 
 
 @click.command()
@@ -95,7 +74,10 @@ def replay(
     # The workers' keyring checks the operators' signatures on the machines topic's
     # versions; without one, only the versions held here decide.
     machines = catalog_with_versions(machine_paths, kafka, optional_keyring(keyring_file))
-    since = parse_time(from_time) if from_time else None
+    try:
+        since = parse_time(from_time) if from_time else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
     table = Table("partition", "transitions read", "applied", "runs", "problems")
     problems = 0
     try:
@@ -197,34 +179,22 @@ def verify(
     with console.status("Reading the proposals and transitions topics"):
         proposals = read_partitions(settings, topics.proposals)
         transitions = read_partitions(settings, topics.transitions)
-    findings = [Finding(r.partition, r.offset, str(r), "machines") for r in refused]
-    checked = 0
     with Progress(console=console) as progress:
         task = progress.add_task("Verifying partitions", total=partitions)
-        for p in range(partitions):
-            findings += verify_partition(
-                p,
-                proposals.get(p, []),
-                transitions.get(p, []),
-                topic=topics.proposals,
-                machines=machines,
-                keyring=keyring,
-                partitions=partitions,
-                max_bytes=max_proposal_bytes,
-                max_state_bytes=max_state_bytes,
-                commit_limits=CommitLimits(topics, limits),
-            )
-            findings += verify_migrations(
-                p,
-                proposals.get(p, []),
-                transitions.get(p, []),
-                topic=topics.proposals,
-                keyring=keyring,
-            )
-            checked += len(transitions.get(p, []))
-            progress.advance(task)
-    findings += verify_runs_across_partitions(transitions)
-    findings += verify_continuations(transitions, machines)
+        result = verify_topics(
+            proposals,
+            transitions,
+            partitions=partitions,
+            topic=topics.proposals,
+            machines=machines,
+            keyring=keyring,
+            max_bytes=max_proposal_bytes,
+            max_state_bytes=max_state_bytes,
+            commit_limits=CommitLimits(topics, limits),
+            refused=refused,
+            on_partition=lambda _: progress.advance(task),
+        )
+    findings, checked = result.findings, result.transitions
     if as_json:
         found = [dataclasses.asdict(f) for f in findings]
         click.echo(json.dumps({"transitions": checked, "differences": found}))
@@ -236,6 +206,6 @@ def verify(
         sys.exit(1)
     console.print(
         f"verified {checked} transitions against "
-        f"{sum(len(v) for v in proposals.values())} proposals in {partitions} partitions: "
+        f"{result.proposals} proposals in {partitions} partitions: "
         "every transition follows from the proposals and every chain is intact"
     )

@@ -3,12 +3,10 @@
 import json
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import click
-from confluent_kafka import Consumer, TopicPartition
 from rich.console import Console
 from rich.table import Table
 
@@ -22,10 +20,10 @@ from processor.cli.options import (
     pass_kafka,
     worker_url_option,
 )
-from processor.cli.recovery import parse_time
 from processor.client import OutcomeTimeout, RunReader, RunstateClient, Unavailable
 from processor.history.rebuild import RebuildError, run_as_of
-from processor.kafka.readback import watermarks
+from processor.kafka.readback import TopicUnavailable, follow
+from processor.times import duration, now_ms, parse_time
 from processor.trust.keyring import KeyringError, load_keyring, load_signing_key, signing_key_from
 from schemas.messages import Rejection
 
@@ -229,7 +227,10 @@ def get(
         except (LookupError, Unavailable) as exc:
             raise click.ClickException(str(exc)) from exc
     else:
-        at_ms = None if at_time is None else parse_time(at_time)
+        try:
+            at_ms = None if at_time is None else parse_time(at_time)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from exc
         # The keyring checks the operators' signatures on the machines topic's versions.
         keyring = optional_keyring(keyring_file)
         machines = catalog_with_versions(machine_paths, kafka, keyring)
@@ -271,35 +272,16 @@ def tail(what: str, from_beginning: bool, limit: int, kafka: KafkaContext) -> No
     topic = {"transitions": topics.transitions, "rejections": topics.rejections}.get(
         what, topics.dlq
     )
-    consumer = Consumer(
-        kafka.settings.client(
-            {
-                "group.id": "runstate-tail",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-            }
-        )
-    )
-    meta = consumer.list_topics(topic, timeout=30).topics[topic]
-    if meta.error is not None:
-        raise click.ClickException(f"{topic}: {meta.error}; run `runstate topics create`?")
-    start = []
-    for p in meta.partitions:
-        low, high = watermarks(consumer, TopicPartition(topic, p))
-        start.append(TopicPartition(topic, p, low if from_beginning else high))
-    consumer.assign(start)
-    seen = 0
     try:
-        while limit == 0 or seen < limit:
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error() is not None:
-                continue
-            click.echo((msg.value() or b"").decode())
-            seen += 1
-    except KeyboardInterrupt:
-        pass
-    finally:
-        consumer.close()
+        follower = follow(kafka.settings, topic, from_beginning=from_beginning, limit=limit or None)
+    except TopicUnavailable as exc:
+        raise click.ClickException(f"{exc}; run `runstate topics create`?") from exc
+    with follower:
+        try:
+            for value in follower:
+                click.echo(value.decode())
+        except KeyboardInterrupt:
+            pass
 
 
 @click.command()
@@ -318,7 +300,7 @@ def stats(
     """How many runs are in each state across the cluster, and how long the oldest has
     waited there (any worker answers for all); with --state, those runs, longest first."""
     reader = _reader(worker_urls, http_token)
-    now_ms = int(time.time() * 1000)
+    now = now_ms()
     try:
         data = reader.stats() if state is None else reader.runs_in_state(state, machine, limit)
     except (LookupError, ValueError, Unavailable) as exc:
@@ -328,13 +310,13 @@ def stats(
         table = Table("machine", "state", "runs", "longest in state")
         for row in data["states"]:
             oldest = row["oldest_entered_ms"]
-            longest = "" if oldest is None else _duration(now_ms - oldest)
+            longest = "" if oldest is None else duration(now - oldest)
             table.add_row(row["machine"], row["state"], f"{row['runs']:,}", longest)
     else:
         table = Table("run", "machine", "state", "in state for")
         for run in data["runs"]:
             table.add_row(
-                run["run_id"], run["machine"], run["state"], _duration(run["time_in_state_ms"])
+                run["run_id"], run["machine"], run["state"], duration(run["time_in_state_ms"])
             )
     console.print(table)
     if data.get("next"):
@@ -344,10 +326,3 @@ def stats(
             f"[red]partitions {data['missing_partitions']} did not answer[/] (their workers are "
             "down or rebalancing): these figures leave them out"
         )
-
-
-def _duration(ms: int) -> str:
-    seconds = max(0, ms) // 1000
-    hours, rest = divmod(seconds, 3600)
-    minutes, seconds = divmod(rest, 60)
-    return f"{hours}h{minutes:02d}m{seconds:02d}s" if hours else f"{minutes}m{seconds:02d}s"

@@ -1,10 +1,13 @@
 """Read topics back from offset 0 to their current end (read_committed by default).
 
 Used where the published record is the truth: the demo's accounting, tests, replay.
+`follow` reads on past the end, as records are appended (`runstate tail`).
 """
 
 import time
 import uuid
+from collections.abc import Iterator
+from typing import Self
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
@@ -149,3 +152,70 @@ def offset_for_time(settings: KafkaSettings, topic: str, partition: int, at_ms: 
         return offset
     finally:
         consumer.close()
+
+
+class TopicUnavailable(Exception):
+    """A topic the broker does not have, or cannot describe."""
+
+
+class Follower:
+    """The values of a topic's committed records as they are appended (see `follow`);
+    a context manager that closes its consumer."""
+
+    def __init__(self, consumer: Consumer, limit: int | None) -> None:
+        self._consumer = consumer
+        self._limit = limit
+
+    def __iter__(self) -> Iterator[bytes]:
+        seen = 0
+        while self._limit is None or seen < self._limit:
+            msg = self._consumer.poll(0.5)
+            if msg is None or msg.error() is not None:
+                continue
+            yield msg.value() or b""
+            seen += 1
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def follow(
+    settings: KafkaSettings,
+    topic: str,
+    *,
+    from_beginning: bool = False,
+    limit: int | None = None,
+    group_id: str = "runstate-tail",
+) -> Follower:
+    """`topic`'s committed records from now on, every partition from its end (or from
+    its start, `from_beginning`), until `limit` of them (None: forever). The consumer
+    commits nothing: `group_id` only names it to the broker. TopicUnavailable when the
+    broker does not have the topic."""
+    consumer = Consumer(
+        settings.client(
+            {
+                "group.id": group_id,
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            }
+        )
+    )
+    try:
+        meta = consumer.list_topics(topic, timeout=30).topics[topic]
+        if meta.error is not None:
+            raise TopicUnavailable(f"{topic}: {meta.error}")
+        start = []
+        for p in meta.partitions:
+            low, high = watermarks(consumer, TopicPartition(topic, p))
+            start.append(TopicPartition(topic, p, low if from_beginning else high))
+        consumer.assign(start)
+    except BaseException:
+        consumer.close()
+        raise
+    return Follower(consumer, limit)

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from html import escape
 
 from processor.engine import Machine
+from processor.times import duration
 from schemas.messages import Rejection, RunSnapshot, Transition
 
 _BOX_W, _BOX_H, _COL, _ROW, _PAD = 150, 40, 210, 70, 20
@@ -41,10 +42,7 @@ def _time(ms: int) -> str:
 
 
 def _duration(ms: int) -> str:
-    seconds = max(0, ms) // 1000
-    hours, rest = divmod(seconds, 3600)
-    minutes, seconds = divmod(rest, 60)
-    return f"{hours}h {minutes:02d}m {seconds:02d}s" if hours else f"{minutes}m {seconds:02d}s"
+    return duration(ms, " ")
 
 
 def _layout(machine: Machine) -> dict[str, tuple[int, int]]:

@@ -7,13 +7,13 @@ public keys only, so whoever verifies cannot sign; an HMAC key's secret verifies
 signs alike.
 
 A worker loads its keyring from a file (RUNSTATE_KEYRING_FILE) and reads it again when
-the file changes, or from JSON text (RUNSTATE_KEYRING). `runstate keys` manages both.
+the file changes, or from JSON text (RUNSTATE_KEYRING). New keys are made in
+`keygen.py`; `keyfiles.py` changes a keyring file in place (what `runstate keys` does).
 """
 
 import json
 import logging
 import re
-import secrets
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -37,11 +37,9 @@ from processor.trust.signatures import (
     HEADER_SIGNED_AT,
     Algorithm,
     RecordHeaders,
-    ed25519_public_key,
     ed25519_signature,
     hmac_signature,
     is_hex_key,
-    new_ed25519_private_key,
     signed_base,
 )
 from schemas.base import describe_errors
@@ -323,63 +321,6 @@ def signing_keys(keyring: Keyring, private_dir: Path | None = None) -> dict[str,
         else:
             signers[key_id] = load_signing_key(private_dir / f"{key_id}.key.json")
     return signers
-
-
-#: The standard principals: the runtime, a tool executor, a model, an approver.
-STANDARD_PRINCIPALS = {
-    "runtime": ("runtime", "runtime"),
-    "tool": ("tool:get_status", "tool_executor"),
-    "model": ("model:planner", "model"),
-    "approver": ("approver:oncall", "approver"),
-}
-#: The operator's key of a generated keyring: authority runtime (a machine's default
-#: `migrate_authorities`) and operator authority (it signs machine versions).
-OPERATOR_KEY_ID = "operator"
-OPERATOR_PRINCIPAL = ("operator", "runtime")
-#: The workers' own key of a generated keyring (processor: deadlines and the messages
-#: runs exchange).
-PROCESSOR_KEY_ID = "worker"
-PROCESSOR_PRINCIPAL = ("worker", "runtime")
-
-
-def new_key(
-    key_id: str, algorithm: Algorithm, source: str, authority: str, **limits: object
-) -> tuple[KeyEntry, SigningKey]:
-    """A fresh key: the entry a keyring holds and the signing key its producer holds."""
-    if algorithm is Algorithm.ED25519:
-        private = new_ed25519_private_key()
-        signing = SigningKey(key_id=key_id, algorithm=algorithm, private_key=private)
-        verifying = {"public_key": ed25519_public_key(private)}
-    else:
-        secret = secrets.token_hex(32)
-        signing = SigningKey(key_id=key_id, algorithm=algorithm, secret=secret)
-        verifying = {"secret": secret}
-    entry = KeyEntry.model_validate(
-        {"algorithm": algorithm, "source": source, "authority": authority, **verifying, **limits}
-    )
-    return entry, signing
-
-
-def generate_keys(algorithm: Algorithm) -> tuple[Keyring, dict[str, SigningKey]]:
-    """A fresh keyring with one key per standard principal (key id = its name), an
-    operator key (`OPERATOR_KEY_ID`) and the workers' key (`PROCESSOR_KEY_ID`), and each
-    key's signing half."""
-    made = {
-        key_id: new_key(key_id, algorithm, source, authority)
-        for key_id, (source, authority) in STANDARD_PRINCIPALS.items()
-    }
-    made[OPERATOR_KEY_ID] = new_key(OPERATOR_KEY_ID, algorithm, *OPERATOR_PRINCIPAL, operator=True)
-    made[PROCESSOR_KEY_ID] = new_key(
-        PROCESSOR_KEY_ID, algorithm, *PROCESSOR_PRINCIPAL, processor=True
-    )
-    keyring = Keyring(keys={key_id: entry for key_id, (entry, _) in made.items()})
-    return keyring, {key_id: signing for key_id, (_, signing) in made.items()}
-
-
-def generate_keyring() -> Keyring:
-    """A fresh HMAC keyring of the standard principals: it signs as any of them (the
-    demo's and the tests' producer)."""
-    return generate_keys(Algorithm.HMAC_SHA256)[0]
 
 
 def dump_keyring(keyring: Keyring) -> str:

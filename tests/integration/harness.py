@@ -26,13 +26,8 @@ from processor.records.changelog_keys import is_run_key
 from processor.records.intake import TimestampType
 from processor.records.pipeline import Outcome, Placement, RunsInMemory, decide_record
 from processor.runtimes.native.process import WorkerProcess as ProductWorkerProcess
-from processor.trust.keyring import (
-    Keyring,
-    SigningKey,
-    dump_keyring,
-    generate_keyring,
-    signing_key_from,
-)
+from processor.trust.keygen import generate_keyring
+from processor.trust.keyring import Keyring, SigningKey, dump_keyring, signing_key_from
 from schemas.messages import Heartbeat, Proposal, Rejection, RunSnapshot, Transition
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -26,7 +26,8 @@ from processor.kafka.topic_creation import create_topics
 from processor.kafka.topic_plans import plan_topics
 from processor.kafka.topics import TopicNames
 from processor.machines import builtin_machines
-from processor.trust.keyring import generate_keyring, load_keyring
+from processor.trust.keygen import generate_keyring
+from processor.trust.keyring import load_keyring
 from schemas.codes import RejectionCode
 from schemas.messages import Rejection, RunSnapshot, Transition
 from tests.integration.harness import Env, WorkerProcess, published, runstate

@@ -13,7 +13,8 @@ from processor.machines import builtin_machines
 from processor.records.intake import Verified, authenticate
 from processor.records.pipeline import Outcome, RunsInMemory, decide_record
 from processor.runtimes.native.verifier import MIN_BATCH, BatchVerifier
-from processor.trust.keyring import Keyring, generate_keyring, generate_keys
+from processor.trust.keygen import generate_keyring, generate_keys
+from processor.trust.keyring import Keyring
 from processor.trust.signatures import HEADER_KEY_ID, HEADER_SIGNATURE, HEADER_SIGNED_AT, Algorithm
 
 TOPIC = "t.proposals"

@@ -184,7 +184,7 @@ def test_the_path_benchmark_decides_as_the_worker_does() -> None:
     from benchmarks.path import STAGES, path_round, peer_round
     from benchmarks.workload import for_topic, lives
     from processor.kafka.topics import TopicNames
-    from processor.trust.keyring import generate_keyring
+    from processor.trust.keygen import generate_keyring
 
     keyring = generate_keyring().model_copy(update={"signature_max_age_ms": 10**15})
     topics = TopicNames.with_prefix("path.")

@@ -24,7 +24,7 @@ from processor.runtimes.native import producer
 from processor.runtimes.native.producer import abort_transaction, bounded
 from processor.runtimes.native.worker import Worker
 from processor.runtimes.settings import WorkerConfig, WorkerSettings
-from processor.trust.keyring import generate_keyring
+from processor.trust.keygen import generate_keyring
 
 
 def _offline_config(state_dir: Path) -> WorkerConfig:

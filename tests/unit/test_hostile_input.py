@@ -7,7 +7,7 @@ from collections import Counter
 from processor.engine import Commit
 from processor.machines import builtin_machines
 from processor.records.pipeline import DeadLetterReason, decide_record
-from processor.trust.keyring import generate_keyring
+from processor.trust.keygen import generate_keyring
 from schemas.messages import Rejection
 from tests.faults.hostile import COMMIT, DLQ, WELL_FORMED, RawRecord, hostile_records
 

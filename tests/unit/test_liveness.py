@@ -8,7 +8,8 @@ from processor.history.audit import Record, verify_partition
 from processor.history.replay import apply_heartbeats, apply_transitions
 from processor.machines import builtin_machines
 from processor.records.pipeline import RunsInMemory, decide_record
-from processor.trust.keyring import generate_keyring, signing_key_from
+from processor.trust.keygen import generate_keyring
+from processor.trust.keyring import signing_key_from
 from schemas import Proposal
 from schemas.codes import RejectionCode
 from tests.unit.driver import MODEL, TOOL, Driver

@@ -53,7 +53,8 @@ from processor.runtimes.native.store.changelog import ChangelogRecord
 from processor.runtimes.native.store.changes import PartitionTransaction, PreparedWrite
 from processor.runtimes.native.store.indexes import InState
 from processor.runtimes.native.store.partition import PartitionStore
-from processor.trust.keyring import SigningKey, generate_keyring, signing_key_from
+from processor.trust.keygen import generate_keyring
+from processor.trust.keyring import SigningKey, signing_key_from
 from processor.trust.signatures import HEADER_KEY_ID, HEADER_SIGNATURE, HEADER_SIGNED_AT
 from schemas.audit import transition_hash
 from schemas.codes import RejectionCode

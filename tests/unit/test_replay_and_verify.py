@@ -1,5 +1,6 @@
 """Replay from transitions and verification against proposals, without a broker."""
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -7,14 +8,22 @@ import pytest
 from processor.engine import Commit, Forget
 from processor.engine.machine import Catalog
 from processor.engine.parse import parse_machine
-from processor.history.audit import Record, verify_partition, verify_runs_across_partitions
+from processor.history.audit import (
+    Finding,
+    Record,
+    verify_partition,
+    verify_runs_across_partitions,
+)
 from processor.history.replay import apply_transitions
+from processor.history.verify import verify_topics
+from processor.history.versions import RefusedVersion
 from processor.kafka.topics import TopicNames
 from processor.machines import builtin_machines, builtin_source
-from processor.records.intake import Headers
-from processor.records.pipeline import RunsInMemory, decide_record
+from processor.records.intake import DEFAULT_MAX_PROPOSAL_BYTES, Headers
+from processor.records.pipeline import DEFAULT_MAX_STATE_BYTES, RunsInMemory, decide_record
 from processor.records.punctuator import Punctuator
-from processor.trust.keyring import Keyring, generate_keyring, signing_key_from
+from processor.trust.keygen import generate_keyring
+from processor.trust.keyring import Keyring, signing_key_from
 from schemas import Proposal, Transition
 from schemas.audit import transition_hash
 from tests.unit.driver import APPROVER, Driver
@@ -249,3 +258,39 @@ def test_verify_sets_aside_a_proposal_it_cannot_decide(monkeypatch: pytest.Monke
         0, proposals, transitions, topic=TOPIC, machines=MACHINES, keyring=keyring
     )
     assert found == []
+
+
+def test_verifying_the_topics_counts_what_it_checked_and_puts_refused_versions_first() -> None:
+    keyring, proposals, transitions = _records()
+    done: list[int] = []
+    kept = verify_topics(
+        {0: proposals},
+        {0: transitions},
+        partitions=1,
+        topic=TOPIC,
+        machines=MACHINES,
+        keyring=keyring,
+        max_bytes=DEFAULT_MAX_PROPOSAL_BYTES,
+        max_state_bytes=DEFAULT_MAX_STATE_BYTES,
+        on_partition=done.append,
+    )
+    assert kept.findings == [] and done == [0]
+    assert (kept.partitions, kept.transitions, kept.proposals) == (1, len(transitions), 5)
+
+    altered = Transition.model_validate_json(transitions[1].value or b"")
+    raw = altered.model_copy(update={"to_state": "done"}).model_dump_json().encode()
+    forged = [*transitions[:1], replace(transitions[1], value=raw), *transitions[2:]]
+    refused = RefusedVersion(0, 7, b"m@2", b"{}", 0, "not signed")
+    found = verify_topics(
+        {0: proposals},
+        {0: forged},
+        partitions=1,
+        topic=TOPIC,
+        machines=MACHINES,
+        keyring=keyring,
+        max_bytes=DEFAULT_MAX_PROPOSAL_BYTES,
+        max_state_bytes=DEFAULT_MAX_STATE_BYTES,
+        refused=[refused],
+    )
+    assert found.findings[0] == Finding(0, 7, str(refused), "machines")
+    assert any(f.offset == transitions[1].offset for f in found.findings[1:])

@@ -16,13 +16,8 @@ from processor.records.outputs import Source, outcome_records
 from processor.records.pipeline import DeadLetterReason, decide_record
 from processor.runtimes.native.heap import IdleTrim, malloc_trim
 from processor.runtimes.native.store.partition import PartitionStore
-from processor.trust.keyring import (
-    KeyringError,
-    SigningKey,
-    dump_keyring,
-    generate_keyring,
-    load_keyring,
-)
+from processor.trust.keygen import generate_keyring
+from processor.trust.keyring import KeyringError, SigningKey, dump_keyring, load_keyring
 from schemas import Proposal, Rejection, RejectionCode
 
 

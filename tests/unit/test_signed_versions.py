@@ -16,7 +16,8 @@ from processor.history.audit import Record, verify_migrations
 from processor.history.versions import check_version, held_versions, sort_versions, version_key
 from processor.machines import builtin_history, builtin_machines, builtin_source, load_catalog
 from processor.records.intake import TimestampType
-from processor.trust.keyring import Keyring, SigningKey, generate_keys, new_key
+from processor.trust.keygen import generate_keys, new_key
+from processor.trust.keyring import Keyring, SigningKey
 from processor.trust.signatures import Algorithm
 from schemas.messages import Principal, Proposal, Transition
 

@@ -12,7 +12,8 @@ from processor.history.audit import Record, verify_partition
 from processor.machines import builtin_machines
 from processor.records.intake import TimestampType, untrusted_time
 from processor.records.pipeline import Admitted, DeadLetterReason, admit_record, decide_record
-from processor.trust.keyring import generate_keyring, signing_keys
+from processor.trust.keygen import generate_keyring
+from processor.trust.keyring import signing_keys
 
 pytestmark = pytest.mark.unit
 
