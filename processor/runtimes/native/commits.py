@@ -247,8 +247,9 @@ class CommitPipeline:
         """After the group lost its coordinator, and once partitions came back (the
         brokers answer again), a new producer between transactions: librdkafka can keep
         the dead coordinator cached and block the next send_offsets_to_transaction on it
-        (#5511), seen after every coordinator kill; a fresh one looks it up. The old one
-        holds no transaction; it is closed in a thread of its own, in case it blocks."""
+        (librdkafka issue 5511), seen after every coordinator kill; a fresh one looks it
+        up. The old one holds no transaction; it is closed in a thread of its own, in case
+        it blocks."""
         transaction = self.transaction
         if self.committing is not None or transaction is None or transaction.open:
             return  # at the next turn without a transaction
