@@ -31,7 +31,10 @@ class NotAFlag:
 class Settings(BaseSettings):
     """The base of every settings model: RUNSTATE_* variables, immutable once read."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="forbid")
+    # An empty variable counts as unset (as click has it for the flags' variables).
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_ignore_empty=True, frozen=True, extra="forbid"
+    )
 
 
 def env_name(field: str) -> str:

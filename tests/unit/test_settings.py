@@ -61,6 +61,8 @@ def test_a_flag_wins_over_the_variable_which_wins_over_the_default() -> None:
     )
     assert _shown([], {"RUNSTATE_STATIC_MEMBERSHIP": "true"})["static_membership"] is True
     assert _shown([], {"RUNSTATE_LOG_LEVEL": "DEBUG"})["log_level"] == "debug"
+    empty = {"RUNSTATE_WORKER_ID": "", "RUNSTATE_HTTP_PORT": "", "RUNSTATE_PEERS": ""}
+    assert [_shown([], empty)[k] for k in ("worker_id", "http_port", "peers")] == [None, 8080, []]
 
 
 def test_peers_from_flags_and_a_comma_separated_variable() -> None:
@@ -109,8 +111,11 @@ def test_a_flag_and_its_variable_accept_and_refuse_the_same_values(
     usage error (exit 2) naming the variable, never a traceback."""
     flag = "--" + name.replace("_", "-")
     text = str(value)
-    by_flag = _run([flag, text])
     by_variable = _run([], {env_name(name): text})
+    if text == "":  # an empty variable is unset
+        assert by_variable.exit_code == 0 and by_variable.output == _run([]).output
+        return
+    by_flag = _run([flag, text])
     assert by_flag.exit_code in (0, 2) and by_variable.exit_code in (0, 2), (
         by_flag.output,
         by_variable.output,
