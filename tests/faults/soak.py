@@ -185,20 +185,41 @@ def caches_full(rocksdb: dict[str, float], cached: list[tuple[float, int]], at: 
     return bool(last and before) and max(last) <= 1.05 * max(before)
 
 
-def _lag(env: Env) -> int | None:
-    """Records of the proposals topic past the group's committed offsets."""
+def _lags(env: Env) -> dict[int, int] | None:
+    """Records of each partition of the proposals topic past the group's committed
+    offset; None while a broker is away."""
     consumer = Consumer({"bootstrap.servers": env.bootstrap, "group.id": env.group_id})
     try:
         parts = [TopicPartition(env.topics.proposals, p) for p in range(PARTITIONS)]
-        total = 0
+        lags = {}
         for tp in consumer.committed(parts, timeout=10):
             low, high = consumer.get_watermark_offsets(tp, timeout=10)
-            total += high - (tp.offset if tp.offset >= 0 else low)
-        return total
+            lags[tp.partition] = high - (tp.offset if tp.offset >= 0 else low)
+        return lags
     except Exception:  # a broker away: no figure for this sample
         return None
     finally:
         consumer.close()
+
+
+def _lag(env: Env) -> int | None:
+    """Records of the proposals topic past the group's committed offsets."""
+    lags = _lags(env)
+    return None if lags is None else sum(lags.values())
+
+
+def caught_up(env: Env, backlog: int, drain: float) -> bool:
+    """Wait until the group has read every partition to its end but for a transaction
+    marker (a committed offset stops before the marker that ends its last
+    transaction): within three times the backlog's drain time, two minutes at least.
+    False when it did not; no figure (a broker away) is not an end."""
+    limit = time.monotonic() + max(120.0, 3 * backlog / max(drain, 1.0))
+    while time.monotonic() < limit:
+        lags = _lags(env)
+        if lags is not None and all(lag <= 1 for lag in lags.values()):
+            return True
+        time.sleep(1.0)
+    return False
 
 
 class Feed(threading.Thread):
@@ -419,9 +440,8 @@ def soak(
         # of the topics takes minutes, so a count made while they run never catches up
         # (a first soak counted 117 deadline transitions as lost and 700 runs as
         # mismatched that way). The readers above asked the running workers.
-        caught_up = time.monotonic() + 120
-        while (_lag(env) or 0) > PARTITIONS and time.monotonic() < caught_up:
-            time.sleep(1.0)  # (a transaction marker may end each partition)
+        if not caught_up(env, _lag(env) or 0, drain):
+            row.examples.append(f"the group had not caught up when stopped: lag {_lags(env)}")
         workers.note_crashes()
         workers.close()
         check(row, env, [], PARTITIONS, settle=120)
