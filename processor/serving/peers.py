@@ -161,19 +161,48 @@ _OPENER = urllib.request.build_opener(_NoRedirect)
 
 def ask(url: str, path: str, params: dict[str, str], token: str | None = None) -> Any:
     """GET a peer's answer for its own partitions only (local=1), sending `token`.
-    `url` is a configured peer's (`configured_peer`); a redirect is not followed."""
-    query = urllib.parse.urlencode({**params, "local": "1"})
+    `url` is a configured peer's (`configured_peer`); a redirect is not followed.
+    OSError when it cannot be reached or does not answer 200."""
+    answer = fetch(url, path, {**params, "local": "1"}, token, timeout=10)
+    if answer.status != 200:
+        raise OSError(f"{answer.status}: {answer.body[:200]!r}")
+    return json.loads(answer.body)
+
+
+@dataclass(frozen=True)
+class Forwarded:
+    """A peer's answer, passed on as it came."""
+
+    status: int
+    content_type: str
+    body: bytes
+
+
+#: Set on a read forwarded to a run's owner: the owner answers it itself or says 421,
+#: and never forwards it again (no loop while two workers disagree on an owner).
+FORWARDED = "forwarded"
+
+
+def fetch(
+    url: str, path: str, params: dict[str, str], token: str | None, timeout: float
+) -> Forwarded:
+    """GET `path`?`params` of the configured peer at `url`, sending `token`; its answer
+    whatever its status. OSError when it cannot be reached, refuses the token or
+    redirects (a redirect is not followed)."""
+    query = urllib.parse.urlencode(params)
     request = urllib.request.Request(f"{url}{path}?{query}", headers=bearer(token))
     try:
-        with _OPENER.open(request, timeout=10) as response:
-            return json.loads(response.read())
+        with _OPENER.open(request, timeout=timeout) as response:
+            return Forwarded(response.status, response.headers.get_content_type(), response.read())
     except urllib.error.HTTPError as exc:
-        if exc.code != 401:
-            raise
-        raise OSError(
-            "401: it does not accept this worker's token; every worker of the group "
-            f"needs the same {TOKENS_ENV} / {TOKENS_FILE_ENV}"
-        ) from exc
+        if exc.code == 401:
+            raise OSError(
+                "401: it does not accept this worker's token; every worker of the group "
+                f"needs the same {TOKENS_ENV} / {TOKENS_FILE_ENV}"
+            ) from exc
+        if 300 <= exc.code < 400:
+            raise OSError(f"{exc.code}: {exc.reason}") from exc
+        return Forwarded(exc.code, exc.headers.get_content_type(), exc.read())
 
 
 def merge_runs(

@@ -1,6 +1,8 @@
-"""Reads of one run, from the worker that owns its partition: its snapshot
-(GET /runs/<run_id>), its history (GET /runs/<run_id>/history) and its inspector page
-(GET /inspect?run=<run_id>, else a redirect to the configured peer that owns it)."""
+"""Reads of one run: its snapshot (GET /runs/<run_id>), its history
+(GET /runs/<run_id>/history) and its inspector page (GET /inspect?run=<run_id>). The
+worker that owns the run's partition answers; any other asks the owner when it is a
+configured peer and passes its answer on (a browser is redirected there), so one URL of
+a cluster serves every run."""
 
 import json
 import logging
@@ -10,15 +12,73 @@ from urllib.parse import quote
 from processor.kafka.partitioning import partition_for
 from processor.serving import inspector, peers
 from processor.serving.answers import JSON, Answer, html_answer, json_answer
-from processor.serving.catch_up import caught_up, wait_for_fence
+from processor.serving.catch_up import CATCH_UP_S, caught_up, wait_for_fence
 from processor.serving.node import Node, RunRecord
 
 log = logging.getLogger("runstate.http")
+
+#: How long a forwarded read may take: the owner's own waits for fresh state, and more.
+FORWARD_S = 2 * CATCH_UP_S + 5
 
 
 def _partition(node: Node, run_id: str) -> int:
     count = node.partition_count
     return partition_for(run_id, count) if count else 0
+
+
+def _owner(node: Node, partition: int) -> tuple[peers.Peer | None, str | None]:
+    """The group member that claims `partition` (None: none known now), and the
+    configured peer it is (None: itself, or no configured peer: not asked)."""
+    try:
+        members = node.peers()
+    except Exception as exc:  # the broker away: no owner known now
+        log.warning("the consumer group could not be described: %s", exc)
+        return None, None
+    claimed = next((p for p in members if partition in p.partitions), None)
+    if claimed is None or claimed.url == node.advertised_url:
+        return claimed, None
+    owner = peers.configured_peer(claimed.url, node.configured_peers)
+    if owner is None:
+        log.warning("%s", peers.unconfigured(claimed))
+    elif owner == peers.origin_or_none(node.advertised_url):
+        return claimed, None
+    return claimed, owner
+
+
+def _from_owner(
+    node: Node, run_id: str, partition: int, params: dict[str, str], history: bool
+) -> Answer:
+    """A read of a run this worker does not own: the owner's answer when it is a
+    configured peer (asked once, with this worker's token), else 421 naming the owner
+    when one claims the partition."""
+    claimed, owner = _owner(node, partition)
+    if owner is not None and params.get(peers.FORWARDED) != "1":
+        path = f"/runs/{quote(run_id, safe='')}" + ("/history" if history else "")
+        try:
+            forwarded = {**params, peers.FORWARDED: "1"}
+            got = peers.fetch(owner, path, forwarded, node.http_tokens.first(), FORWARD_S)
+        except OSError as exc:
+            return json_answer(
+                503,
+                {
+                    "error": f"run '{run_id}' lives in partition {partition}, owned by "
+                    f"{owner}, which did not answer ({exc}): ask again",
+                    "partition": partition,
+                    "owner": owner,
+                },
+            )
+        return Answer(got.status, got.content_type, got.body)
+    error = (
+        f"run '{run_id}' lives in partition {partition}, which this worker does not own; "
+        "ask the worker that does"
+    )
+    body: dict[str, object] = {"partition": partition}
+    if claimed is not None and claimed.url != node.advertised_url:
+        body["owner"] = claimed.url
+        if owner is None:
+            error += f" ({claimed.url}, not among this worker's --peer URLs)"
+    body["error"] = error
+    return json_answer(421, body)
 
 
 def inspector_page(node: Node, run_id: str) -> Answer:
@@ -30,14 +90,9 @@ def inspector_page(node: Node, run_id: str) -> Answer:
         return fenced
     record = node.run(run_id, partition, history=True)
     if record is None:
-        claimed = next((p for p in node.peers() if partition in p.partitions), None)
+        _, owner = _owner(node, partition)
         # A browser is sent to a configured peer only, never to an advertised address.
-        owner = None
-        if claimed is not None and claimed.url != node.advertised_url:
-            owner = peers.configured_peer(claimed.url, node.configured_peers)
-            if owner is None:
-                log.warning("%s", peers.unconfigured(claimed))
-        if owner is not None and owner != peers.origin_or_none(node.advertised_url):
+        if owner is not None:
             location = f"{owner}/inspect?run={quote(run_id, safe='')}"
             return Answer(307, "text/plain", b"", (("Location", location),))
         problem = (
@@ -71,14 +126,7 @@ def read_run(node: Node, run_id: str, params: dict[str, str], history: bool) -> 
             return found
         record = found
     if record is None:
-        return json_answer(
-            421,
-            {
-                "error": f"run '{run_id}' lives in partition {partition}, which this "
-                "worker does not own; ask the worker that does",
-                "partition": partition,
-            },
-        )
+        return _from_owner(node, run_id, partition, params, history)
     if record.snapshot is None:
         return json_answer(404, {"error": f"no run '{run_id}'", "partition": partition})
     if not history:

@@ -16,6 +16,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from processor.broker.server import free_ports
+from processor.client import RunstateClient
+from processor.kafka.config import KafkaSettings
 from processor.kafka.partitioning import partition_for
 from processor.kafka.topics import TopicNames
 from schemas.messages import Rejection, Transition
@@ -287,12 +289,48 @@ def test_runs_by_state_across_workers_from_either_worker(env: Env, runtime: str)
         assert shown.returncode == 0, shown.stderr
         row = next(line for line in shown.stdout.splitlines() if " paused " in line and M in line)
         assert "6" in row.split()
+        _every_run_from_one_url(env, second, paused, running)
         mine = set((first.health() or {})["partitions"])  # a run it owns: 200, not 421
         _only_with_the_token(first, next(r for r in paused if partition_for(r, 3) in mine))
     finally:
         client.close()
         for worker in workers:
             assert worker.terminate() == 0, worker.log()
+
+
+def _every_run_from_one_url(
+    env: Env, worker: WorkerProcess, paused: list[str], running: list[str]
+) -> None:
+    """One worker's URL serves every run, its own and its peer's (asked on the reader's
+    behalf): the SDK's snapshot and history, and `runstate get`."""
+    reader = RunstateClient(
+        KafkaSettings(env.bootstrap),
+        env.topics,
+        signing_key=env.signing_key("runtime"),
+        worker_urls=[worker.url],
+        http_token=TOKEN,
+    )
+    owned = set((worker.health() or {})["partitions"])
+    assert {partition_for(r, 3) for r in paused} - owned, "some run must be the peer's"
+    try:
+        for run_id in paused + running:
+            snapshot = reader.snapshot(run_id)
+            assert snapshot is not None
+            assert snapshot.state == ("paused" if run_id in paused else "running")
+            history = reader.history(run_id)
+            assert [t.revision for t in history] == list(range(snapshot.revision + 1))
+    finally:
+        reader.close()
+    for run_id in paused:
+        shown = subprocess.run(
+            [sys.executable, "-m", "processor.cli.main", "get", run_id, "--worker-url", worker.url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "RUNSTATE_HTTP_TOKEN": TOKEN},
+        )
+        assert shown.returncode == 0, shown.stderr
+        assert json.loads(shown.stdout)["state"] == "paused"
 
 
 def _only_with_the_token(worker: WorkerProcess, run_id: str) -> None:

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from processor.kafka.partitioning import partition_for
 from processor.serving import peers
 from processor.serving.peers import Peer, origin
 from processor.trust.http_auth import HttpTokens
@@ -269,3 +270,75 @@ def test_origins_of_addresses_and_what_is_no_origin() -> None:
     ):
         with pytest.raises(ValueError, match="scheme://host:port"):
             origin(bad)
+
+
+def _run_in(partition: int, count: int = 3) -> str:
+    return next(f"r{i}" for i in range(1000) if partition_for(f"r{i}", count) == partition)
+
+
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(data=st.data(), history=st.booleans())
+def test_a_read_of_a_run_owned_elsewhere_goes_to_configured_peers_only(
+    good: Recorder, evil: Recorder, data: st.DataObject, history: bool
+) -> None:
+    """A worker asks the owner of a run it does not own for it, with its token, when the
+    owner is a configured peer; otherwise it answers 421 naming the member that claims
+    the run, and nothing reaches that member."""
+    good_origin = origin(good.url)
+    advertised = data.draw(hostile_urls(_port(good.url), _port(evil.url)), "advertised")
+    good.seen.clear()
+    evil.seen.clear()
+    node = FakeNode(
+        owned_partitions=[0],
+        peer_list=[Peer(advertised, (1, 2))],
+        configured_peers=(good_origin,),
+        http_tokens=HttpTokens([TOKEN]),
+    )
+    run_id = _run_in(1)
+    suffix = "/history" if history else ""
+    status, body, _ = get(node, f"/runs/{run_id}{suffix}?min_revision=3", f"Bearer {TOKEN}")
+    assert evil.seen == []
+    if peers.configured_peer(advertised, (good_origin,)) == good_origin:
+        # The owner's answer, passed on (this recorder answers every GET alike).
+        assert status == 200 and body == {"items": [], "partitions": [1]}
+        path = f"/runs/{run_id}{suffix}?min_revision=3&forwarded=1"
+        assert good.seen == [(path, f"Bearer {TOKEN}")]
+    else:
+        assert good.seen == []
+        assert status == 421 and body["partition"] == 1
+        assert body["owner"] == advertised and "--peer" in body["error"]
+
+
+def test_a_forwarded_read_is_not_forwarded_again(good: Recorder) -> None:
+    """Two workers that disagree on an owner (a rebalance under way) do not bounce a
+    read between them: the one asked on another's behalf answers 421, naming who it
+    thinks owns the run."""
+    good.seen.clear()
+    node = FakeNode(
+        owned_partitions=[0],
+        peer_list=[Peer(good.url, (1, 2))],
+        configured_peers=(origin(good.url),),
+    )
+    run_id = _run_in(2)
+    status, body, _ = get(node, f"/runs/{run_id}?forwarded=1")
+    assert good.seen == []
+    assert status == 421 and body["owner"] == good.url and body["partition"] == 2
+    status, body, _ = get(node, f"/runs/{run_id}")
+    assert status == 200 and [path for path, _ in good.seen] == [f"/runs/{run_id}?forwarded=1"]
+
+
+def test_an_owner_that_does_not_answer_is_named_in_a_503() -> None:
+    gone = "http://127.0.0.1:9"  # discard: nothing listens
+    node = FakeNode(owned_partitions=[0], peer_list=[Peer(gone, (1, 2))], configured_peers=(gone,))
+    status, body, _ = get(node, f"/runs/{_run_in(1)}")
+    assert status == 503 and body["owner"] == gone and "ask again" in body["error"]
+
+
+def test_no_owner_known_is_a_421_without_one() -> None:
+    node = FakeNode(owned_partitions=[0], peer_list=[])
+    status, body, _ = get(node, f"/runs/{_run_in(1)}/history")
+    assert status == 421 and "owner" not in body and body["partition"] == 1
