@@ -57,7 +57,8 @@ worker_url_option = option(
     env="WORKER_URL",
     multiple=True,
     default=("http://127.0.0.1:8080",),
-    help="HTTP address of a worker (repeatable; the one owning the run answers).",
+    help="HTTP address of a worker (repeatable). One is enough when the workers are each "
+    "other's --peer: a worker asks the one owning the run.",
 )
 http_token_option = option(
     "--http-token",

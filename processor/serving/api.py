@@ -21,7 +21,9 @@ GET /stats                   runs per machine and state across the cluster, and 
                              oldest entry in each (local=1: this worker's only)
 GET /inspect?run=<run_id>    the run inspector page (HTML); redirects to the owner when it
                              is a configured peer
-GET /runs/<run_id>           the run's committed snapshot (404 unknown, 421 not owned here)
+GET /runs/<run_id>           the run's committed snapshot (404 unknown); a run owned
+                             elsewhere is asked of its owner when that is a configured
+                             peer (run_reads.py), else 421 naming it
 GET /runs/<run_id>/history   the run's transitions, oldest first
     [?min_revision=N[&at_ms=T]]
                              read your writes: wait (up to CATCH_UP_S) until this worker
