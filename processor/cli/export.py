@@ -51,6 +51,7 @@ def export(out: Path, offsets_file: Path | None, rejections: bool, kafka: KafkaC
         raise click.ClickException(
             f"{exc}: runstate export needs the analytics extra: pip install 'runstate[analytics]'"
         ) from exc
+    settings = kafka.settings  # Kafka answers, before any progress is shown
     console = Console(stderr=True)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
@@ -60,9 +61,7 @@ def export(out: Path, offsets_file: Path | None, rejections: bool, kafka: KafkaC
             progress.update(task, completed=done, total=total)
 
         try:
-            exported = export_new(
-                kafka.settings, kafka.topics, out, offsets_file, rejections, shown
-            )
+            exported = export_new(settings, kafka.topics, out, offsets_file, rejections, shown)
         except (ValueError, ReadError) as exc:
             raise click.ClickException(str(exc)) from exc
     for g in exported.gaps:

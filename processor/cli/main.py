@@ -8,12 +8,15 @@ arguments, with the pip command that adds the extra (exit 2) instead of an Impor
 """
 
 import importlib
+import logging
 import re
 import signal
 import sys
 from importlib import metadata
 
 import click
+
+from processor.kafka.config import KAFKA_LOG
 
 # name -> (module, attribute, the extra it needs beyond the base install, or None).
 # A new command is one line here; `runstate --help` lists them in alphabetical order.
@@ -135,6 +138,9 @@ def cli() -> None:
     Agents install `pip install runstate`; the worker, the demo and replay need
     `pip install 'runstate[worker]'`.
     """
+    # A command says in one line what went wrong with Kafka (processor/kafka/reach.py);
+    # librdkafka's own lines are the worker's to log (--log-level), not a command's.
+    KAFKA_LOG.setLevel(logging.CRITICAL)
 
 
 def main() -> None:

@@ -2,13 +2,14 @@
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import click
 
 from processor.cli.flags import setting_option
 from processor.kafka.config import KafkaSettings
+from processor.kafka.reach import REACH_S, KafkaUnreachable, reach
 from processor.kafka.topics import TopicNames
 from processor.runtimes.settings import WorkerSettings
 from processor.settings import ENV_PREFIX
@@ -78,10 +79,28 @@ def _kafka_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 @dataclass(frozen=True)
 class KafkaContext:
-    """Where a command's Kafka is and what its topics are called, resolved once."""
+    """Where a command's Kafka is and what its topics are called, resolved once. The
+    first use of `settings` checks that Kafka answers there (`reached`): a command that
+    never talks to Kafka (a read from a worker's HTTP API) never waits for it."""
 
-    settings: KafkaSettings
+    configured: KafkaSettings
     topics: TopicNames
+    _reached: bool = field(default=False, repr=False)
+
+    @property
+    def settings(self) -> KafkaSettings:
+        return self.reached()
+
+    def reached(self, within_s: float | None = None) -> KafkaSettings:
+        """The settings, once Kafka answered at them within `within_s` (default
+        REACH_S); else a one-line error (exit 1)."""
+        if not self._reached:
+            try:
+                reach(self.configured, REACH_S if within_s is None else within_s)
+            except KafkaUnreachable as exc:
+                raise click.ClickException(str(exc)) from None
+            object.__setattr__(self, "_reached", True)  # checked once per command
+        return self.configured
 
 
 def pass_kafka(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -23,6 +23,10 @@ from processor.runtimes.settings import WorkerConfig, WorkerSettings
 from processor.trust.http_auth import HttpTokens, TokenError, bind_refusal, is_loopback
 from processor.trust.keyring import KeyringError, load_keyring
 
+#: A worker waits longer than a command for Kafka's first answer (a broker may be
+#: starting beside it), and says in one line that none came within 10 s.
+WORKER_REACH_S = 10.0
+
 
 @click.command()
 @pass_kafka
@@ -75,7 +79,7 @@ def worker(kafka: KafkaContext, settings: WorkerSettings) -> None:
         # published before, for the runs pinned to them; with an operator's key, these
         # are published for the other workers.
         machines = deployed_catalog(
-            settings.machine_path, kafka.settings, kafka.topics, keyring, signer
+            settings.machine_path, kafka.reached(WORKER_REACH_S), kafka.topics, keyring, signer
         )
         config = WorkerConfig(
             kafka=kafka.settings,

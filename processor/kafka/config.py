@@ -5,12 +5,18 @@ Every setting of the clients (security.protocol, sasl.*, ssl.*, ...) can be give
 dots written as underscores (RUNSTATE_KAFKA_SASL_MECHANISM=PLAIN -> sasl.mechanism).
 """
 
+import logging
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+#: librdkafka's own log lines, as records of this Python logger (each client hands them
+#: over when it is polled): the application's logging decides where they go.
+KAFKA_LOG = logging.getLogger("runstate.kafka")
+# Nothing on stderr unless the application configures logging (a library's manners).
+KAFKA_LOG.addHandler(logging.NullHandler())
 KAFKA_ENV_PREFIX = "RUNSTATE_KAFKA_"
 
 
@@ -58,6 +64,7 @@ class KafkaSettings:
             "bootstrap.servers": self.bootstrap_servers,
             # librdkafka's info lines (disconnects at exit) are noise for users.
             "log_level": 4,
+            "logger": KAFKA_LOG,
             # A broker back from a restart is reached within a second: librdkafka's
             # reconnect backoff otherwise grows to 10 s, all of it added to a failover.
             "reconnect.backoff.max.ms": 1000,

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from pythonjsonlogger.json import JsonFormatter
 
 from processor.engine import Beat, Commit, Forget, Relay
+from processor.kafka.config import KAFKA_LOG
 from processor.records.pipeline import DeadLetterReason
 from schemas.messages import Rejection
 
@@ -43,6 +44,7 @@ def setup_logging(level: str, fmt: str = "text") -> None:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+    KAFKA_LOG.setLevel(logging.NOTSET)  # librdkafka's lines at the worker's level
 
 
 OUTCOMES_LOG = logging.getLogger("runstate.outcomes")

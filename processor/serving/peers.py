@@ -65,7 +65,10 @@ class Peer:
 
 def group_members(admin: AdminClient, group_id: str, topic: str) -> list[Peer]:
     """The group's members that advertise a URL, with the partitions of `topic` each owns."""
-    description = admin.describe_consumer_groups([group_id])[group_id].result(timeout=10)
+    try:
+        description = admin.describe_consumer_groups([group_id])[group_id].result(timeout=10)
+    finally:
+        admin.poll(0)  # hands librdkafka's log lines over (they wait for a poll)
     found = []
     for member in description.members:
         if not member.client_id.startswith(_CLIENT_ID):

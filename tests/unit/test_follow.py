@@ -93,7 +93,10 @@ def test_a_topic_the_broker_lacks(consumer: type[_FakeConsumer]) -> None:
     assert consumer.made[0].closed
 
 
-def test_runstate_tail_prints_each_value_on_a_line(consumer: type[_FakeConsumer]) -> None:
+def test_runstate_tail_prints_each_value_on_a_line(
+    consumer: type[_FakeConsumer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("processor.cli.options.reach", lambda settings, within_s: None)
     args = ["tail", "rejections", "--limit", "2", "--bootstrap-servers", "localhost:9092"]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output

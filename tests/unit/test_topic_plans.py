@@ -183,6 +183,7 @@ def test_shortening_what_replay_and_verify_read_warns() -> None:
 def cluster(monkeypatch: pytest.MonkeyPatch) -> FakeCluster:
     fake = FakeCluster(brokers=5)
     monkeypatch.setattr("processor.cli.topics.AdminClient", lambda _: fake)
+    monkeypatch.setattr("processor.cli.options.reach", lambda settings, within_s: None)
     return fake
 
 
