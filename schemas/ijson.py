@@ -13,6 +13,8 @@ inside a run's snapshot, a few levels deeper, and a parser with a recursion limi
 processor's own stops near 200 levels) could not read that snapshot back.
 """
 
+import json
+import math
 from typing import Annotated
 
 from pydantic import AfterValidator, JsonValue
@@ -26,12 +28,16 @@ MAX_DEPTH = 64
 _MAX_SHOWN_PATH = 120
 
 
-def _offence(value: object, room: int) -> tuple[int | None, list[str | int]] | None:
+def _offence(value: object, room: int) -> tuple[float | None, list[str | int]] | None:
     """The first offence in `value` and its path, innermost key first: an integer beyond
-    ±MAX_EXACT_INTEGER (the integer), or an object or array when `room` more levels of
-    them are all that is allowed (None). One walk for both: this runs per proposal."""
+    ±MAX_EXACT_INTEGER (the integer), a number that is not finite (NaN, an infinity, or
+    one beyond a double's range as read: JSON has none, and it would be written back as
+    null), or an object or array when `room` more levels of them are all that is allowed
+    (None). One walk for all: this runs per proposal."""
     if isinstance(value, int):  # bool too: always within
         return None if -MAX_EXACT_INTEGER <= value <= MAX_EXACT_INTEGER else (value, [])
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (value, [])
     if isinstance(value, dict):
         if room <= 0:
             return None, []
@@ -51,17 +57,28 @@ def _offence(value: object, room: int) -> tuple[int | None, list[str | int]] | N
     return None
 
 
+def _step(step: str | int) -> str:
+    if isinstance(step, int):
+        return f"[{step}]"
+    return f".{step}" if step.isprintable() else f".{json.dumps(step)}"  # one line
+
+
 def _where(path: list[str | int]) -> str:
-    where = "".join(f"[{step}]" if isinstance(step, int) else f".{step}" for step in reversed(path))
+    where = "".join(_step(step) for step in reversed(path))
     return where[:_MAX_SHOWN_PATH] + "..." if len(where) > _MAX_SHOWN_PATH else where
 
 
-def _describe(value: int | None, path: list[str | int]) -> str:
+def _describe(value: float | None, path: list[str | int]) -> str:
     if value is None:
         return (
             f"value at {_where(path)} is nested more than {MAX_DEPTH} levels deep (objects "
             "and arrays, the payload or metadata itself the first); flatten it, or send it "
             "as a string"
+        )
+    if isinstance(value, float):
+        return (
+            f"number at {_where(path)} is not finite (NaN, Infinity, or beyond a double's "
+            "range): JSON has no such number; send it as a string"
         )
     # A 4,000-digit integer would fill the detail (and Python prints none longer).
     shown = str(value) if value.bit_length() <= 64 else f"of {value.bit_length()} bits"
@@ -74,7 +91,13 @@ def _describe(value: int | None, path: list[str | int]) -> str:
 def _exact(obj: dict[str, JsonValue]) -> dict[str, JsonValue]:
     found = _offence(obj, MAX_DEPTH)
     if found is not None:
-        code = "inexact_integer" if found[0] is not None else "too_deep"
+        code = (
+            "too_deep"
+            if found[0] is None
+            else "not_finite"
+            if isinstance(found[0], float)
+            else "inexact_integer"
+        )
         raise PydanticCustomError(code, "{detail}", {"detail": _describe(*found)})
     return obj
 

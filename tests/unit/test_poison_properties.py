@@ -705,6 +705,23 @@ def test_an_integer_no_hash_could_hold_is_refused(number: bytes) -> None:
     assert "beyond ±(2**53-1)" in outcome.detail and " at .x[0] " in outcome.detail
 
 
+@pytest.mark.parametrize("number", [b"NaN", b"Infinity", b"-Infinity", b"1e400", b"-2E+999"])
+@pytest.mark.parametrize("field", ["payload", "metadata"])
+def test_a_number_json_has_not_is_refused_never_committed_as_null(
+    number: bytes, field: str
+) -> None:
+    """NaN and the infinities are no JSON numbers, and 1e400 reads as an infinity: a
+    parser that takes them would commit the value written back as null, another value
+    than the agent sent. Refused schema_invalid, naming where on one line (a key's
+    newline escaped)."""
+    value = CREATE_R + b',"' + field.encode() + b'":{"a\\nb":{"x":[1,' + number + b"]}}}"
+    headers = signing_key_from(KEYRING, "runtime").headers(SOURCE_TOPIC, b"r", value, NOW)
+    outcome = _decide(b"r", value, headers, NOW, lambda _: None, 10_000, 100_000)
+    assert isinstance(outcome, Rejection), outcome
+    assert outcome.code is RejectionCode.SCHEMA_INVALID and outcome.run_id == "r"
+    assert "is not finite" in outcome.detail and '."a\\nb".x[1] ' in outcome.detail
+
+
 @pytest.mark.parametrize("depth", [63, 64, 65, 150, 196, 197, 198, 199, 200, 260, 50_000])
 @pytest.mark.parametrize("shape", ["[", '{"k":'])
 def test_what_commits_reads_back_however_deep(depth: int, shape: str) -> None:
