@@ -20,7 +20,13 @@ from processor.cli.options import (
     pass_kafka,
     worker_url_option,
 )
-from processor.client import OutcomeTimeout, RunReader, RunstateClient, Unavailable
+from processor.client import (
+    InvalidArgument,
+    OutcomeTimeout,
+    RunReader,
+    RunstateClient,
+    Unavailable,
+)
 from processor.history.rebuild import RebuildError, run_as_of
 from processor.kafka.readback import TopicUnavailable, follow
 from processor.times import duration, now_ms, parse_time
@@ -128,6 +134,9 @@ def create(
             proposal_id=proposal_id,
             timeout=timeout,
         )
+    except InvalidArgument as exc:
+        client.close()
+        raise click.UsageError(str(exc)) from None
     except Unavailable as exc:
         raise click.ClickException(str(exc)) from exc
     _finish(client, pid, wait, timeout)
@@ -178,13 +187,19 @@ def propose(
             proposal_id=proposal_id,
             timeout=timeout,
         )
+    except InvalidArgument as exc:
+        client.close()
+        raise click.UsageError(str(exc)) from None
     except Unavailable as exc:
         raise click.ClickException(str(exc)) from exc
     _finish(client, pid, wait, timeout)
 
 
 def _reader(worker_urls: tuple[str, ...], http_token: str | None) -> RunReader:
-    return RunReader(worker_urls, http_token=http_token)
+    try:
+        return RunReader(worker_urls, http_token=http_token)
+    except InvalidArgument as exc:
+        raise click.BadParameter(str(exc), param_hint="--worker-url") from None
 
 
 @click.command()

@@ -32,7 +32,7 @@ from schemas.messages import Heartbeat, Rejection, RunSnapshot, Transition
 
 from .aio import AsyncRunstateClient
 from .core import DECISION_TTL_MS, MAX_UNCLAIMED, Outcome, OutcomeBook, approval_payload
-from .errors import OutcomeTimeout, Rejected, Timeout, Unavailable
+from .errors import InvalidArgument, OutcomeTimeout, Rejected, Timeout, Unavailable
 from .reader import RunReader
 from .sync import RunstateClient
 from .waiter import AsyncOutcomeWaiter, OutcomeWaiter
@@ -43,6 +43,7 @@ __all__ = [
     "AsyncOutcomeWaiter",
     "AsyncRunstateClient",
     "Heartbeat",
+    "InvalidArgument",
     "KafkaSettings",
     "Outcome",
     "OutcomeBook",

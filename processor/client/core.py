@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from processor.engine.machine import Machine
 from processor.kafka.config import KafkaSettings
 from processor.kafka.partitioning import murmur2
@@ -22,7 +24,7 @@ from processor.trust.keyring import SigningKey
 from schemas.codes import RejectionCode
 from schemas.messages import Heartbeat, Proposal, Rejection, Transition
 
-from .errors import Unavailable
+from .errors import InvalidArgument, Unavailable
 
 Outcome = Transition | Heartbeat | Rejection
 
@@ -55,15 +57,18 @@ def proposal_record(
     now_ms: int | None = None,
 ) -> ProposalRecord:
     """The record to produce, signed now (a retry signs again, with the same id)."""
-    proposal = Proposal(
-        proposal_id=proposal_id or uuid.uuid4().hex,
-        run_id=run_id,
-        event=event,
-        reason=reason,
-        expected_revision=expected_revision,
-        payload=payload or {},
-        metadata=metadata or {},
-    )
+    try:
+        proposal = Proposal(
+            proposal_id=proposal_id or uuid.uuid4().hex,
+            run_id=run_id,
+            event=event,
+            reason=reason,
+            expected_revision=expected_revision,
+            payload=payload or {},
+            metadata=metadata or {},
+        )
+    except ValidationError as exc:
+        raise InvalidArgument.of(exc, "proposal") from None
     key = run_id.encode()
     value = proposal.model_dump_json(exclude_none=True).encode()
     signed_at = int(time.time() * 1000) if now_ms is None else now_ms

@@ -4,6 +4,8 @@
 `except OutcomeTimeout` still catches every timeout the SDK raises.
 """
 
+from pydantic import ValidationError
+
 from schemas.codes import RejectionCode
 from schemas.messages import Heartbeat, Rejection, Transition
 
@@ -22,6 +24,22 @@ class Unavailable(ConnectionError):
     """Kafka (or every given worker URL) could not be reached, or a proposal could not
     be delivered, within the caller's timeout. The proposal may or may not have been
     delivered: send it again with the same proposal id, which is safe."""
+
+
+class InvalidArgument(ValueError):
+    """An argument the SDK cannot send or use (a run id too long or with a control
+    character, a payload that is not JSON, a worker URL that is no http(s) URL): the
+    message names each field and what it must be. Nothing was sent."""
+
+    @classmethod
+    def of(cls, error: ValidationError, what: str) -> "InvalidArgument":
+        """One line for pydantic's report on `what` (field: what is wrong; ...)."""
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or what}: {e['msg']}" for e in error.errors()
+        )
+        # One line whatever the input held (a key's newline shows escaped).
+        shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in problems)
+        return cls(f"invalid {what}: {shown}")
 
 
 class Rejected(Exception):

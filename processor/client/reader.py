@@ -14,7 +14,26 @@ from typing import Any
 from processor.trust.http_auth import CLIENT_TOKEN_ENV, bearer
 from schemas.messages import RunSnapshot, Transition
 
-from .errors import Unavailable
+from .errors import InvalidArgument, Unavailable
+
+
+def worker_url(url: str) -> str:
+    """`url` as a base the reader's paths are added to: http or https, a host, an optional
+    port and path (a proxy's prefix); InvalidArgument for anything else."""
+    advice = "give a worker's URL as http(s)://host:port, e.g. http://127.0.0.1:8080"
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+        parts.port  # noqa: B018 (parsed on access: a bad port raises here)
+    except ValueError as exc:
+        raise InvalidArgument(f"worker URL {url!r} is not a URL ({exc}); {advice}") from None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise InvalidArgument(f"worker URL {url!r} is not an http(s) URL with a host; {advice}")
+    if parts.query or parts.fragment or "@" in parts.netloc:
+        raise InvalidArgument(
+            f"worker URL {url!r} has a query, fragment or user info; {advice} (a token goes "
+            "in http_token= or RUNSTATE_HTTP_TOKEN)"
+        )
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
 
 
 class RunReader:
@@ -34,7 +53,7 @@ class RunReader:
     def __init__(
         self, worker_urls: Iterable[str], *, http_token: str | None = None, timeout: float = 10.0
     ) -> None:
-        self._worker_urls = [u.rstrip("/") for u in worker_urls]
+        self._worker_urls = [worker_url(u) for u in worker_urls]
         self._headers = bearer(http_token or os.environ.get(CLIENT_TOKEN_ENV))
         self.timeout = timeout
         #: run id -> (revision, at_ms) of its latest transition shown
