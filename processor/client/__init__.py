@@ -32,7 +32,16 @@ from schemas.messages import Heartbeat, Rejection, RunSnapshot, Transition
 
 from .aio import AsyncRunstateClient
 from .core import DECISION_TTL_MS, MAX_UNCLAIMED, Outcome, OutcomeBook, approval_payload
-from .errors import InvalidArgument, OutcomeTimeout, Rejected, Timeout, Unavailable
+from .errors import (
+    InvalidArgument,
+    NotAwaited,
+    NotFound,
+    NotServed,
+    OutcomeTimeout,
+    Rejected,
+    Timeout,
+    Unavailable,
+)
 from .reader import RunReader
 from .sync import RunstateClient
 from .waiter import AsyncOutcomeWaiter, OutcomeWaiter
@@ -45,6 +54,9 @@ __all__ = [
     "Heartbeat",
     "InvalidArgument",
     "KafkaSettings",
+    "NotAwaited",
+    "NotFound",
+    "NotServed",
     "Outcome",
     "OutcomeBook",
     "OutcomeTimeout",

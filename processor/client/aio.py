@@ -39,7 +39,7 @@ from .core import (
     proposal_record,
     unavailable,
 )
-from .errors import Rejected
+from .errors import NotFound, Rejected
 from .lookup import committed_transition
 from .reader import RunReader
 from .waiter import AsyncOutcomeWaiter
@@ -253,7 +253,7 @@ class AsyncRunstateClient:
         if pause is None:
             snapshot = await self.snapshot(run_id)
             if snapshot is None:
-                raise LookupError(f"no run '{run_id}' to decide on")
+                raise NotFound(f"no run '{run_id}' to decide on")
             if snapshot.pause is None:
                 raise ValueError(
                     f"run '{run_id}' waits for no approval (state '{snapshot.state}'); "
@@ -359,7 +359,7 @@ class AsyncRunstateClient:
         checkpoint, linked to its last transition. Waits for the outcome."""
         old = await self.snapshot(predecessor)
         if old is None:
-            raise LookupError(f"no run '{predecessor}' to continue")
+            raise NotFound(f"no run '{predecessor}' to continue")
         payload = continuation_payload(old, catalog(machines))
         return await self.propose_and_wait(
             run_id,

@@ -42,6 +42,23 @@ class InvalidArgument(ValueError):
         return cls(f"invalid {what}: {shown}")
 
 
+class NotFound(LookupError):
+    """What the call needs does not exist: the run to decide on or to continue, or the
+    topics at the client's prefix. The message says which, and what to do."""
+
+
+class NotAwaited(LookupError):
+    """A wait for a proposal this client does not expect an outcome of: it was not
+    proposed through this client, its outcome was already handed over, or too many
+    proposals went unclaimed since. Follow every partition with `client.waiter()`
+    before others send proposals you wait for."""
+
+
+class NotServed(LookupError):
+    """The workers answered a read but none could serve it (a run whose owner is not
+    known, or not caught up within its bound): ask again, or give the owner's URL."""
+
+
 class Rejected(Exception):
     """A proposal was refused: `rejection` is the `Rejection` the worker published,
     `code` and `detail` its reason."""

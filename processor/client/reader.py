@@ -14,7 +14,7 @@ from typing import Any
 from processor.trust.http_auth import CLIENT_TOKEN_ENV, bearer
 from schemas.messages import RunSnapshot, Transition
 
-from .errors import InvalidArgument, Unavailable
+from .errors import InvalidArgument, NotServed, Unavailable
 
 
 def worker_url(url: str) -> str:
@@ -40,7 +40,7 @@ class RunReader:
     """Reads committed runs from the workers' HTTP API; the owning worker answers. It
     sends `http_token` (default: RUNSTATE_HTTP_TOKEN) to the workers, which ask for one
     when they have tokens configured. `Unavailable` when no given worker could be
-    reached at all; `LookupError` when they answered but none could serve the read.
+    reached at all; `NotServed` when they answered but none could serve the read.
 
     Reads are read-your-writes: a run's read is never older than the latest transition
     of it this reader was shown (`saw`). A worker moves its state just after the
@@ -117,7 +117,7 @@ class RunReader:
                 "workers running, with --http-port, at these URLs (worker_urls=, "
                 "RUNSTATE_WORKER_URL)?"
             )
-        raise LookupError(f"no worker could answer {path}: {'; '.join(errors)}")
+        raise NotServed(f"no worker could answer {path}: {'; '.join(errors)}")
 
     def _unauthorized(self) -> str:
         if not self._headers:

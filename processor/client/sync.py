@@ -28,7 +28,7 @@ from .core import (
     proposal_record,
     raw_proposal_id,
 )
-from .errors import Rejected
+from .errors import NotFound, Rejected
 from .lookup import committed_transition
 from .proposal_producer import Headers, ProposalProducer
 from .reader import RunReader
@@ -274,7 +274,7 @@ class RunstateClient:
         if pause is None:
             snapshot = self.snapshot(run_id)
             if snapshot is None:
-                raise LookupError(f"no run '{run_id}' to decide on")
+                raise NotFound(f"no run '{run_id}' to decide on")
             if snapshot.pause is None:
                 raise ValueError(
                     f"run '{run_id}' waits for no approval (state '{snapshot.state}'); "
@@ -352,7 +352,7 @@ class RunstateClient:
         checkpoint, linked to its last transition. Waits for the outcome."""
         old = self.snapshot(predecessor)
         if old is None:
-            raise LookupError(f"no run '{predecessor}' to continue")
+            raise NotFound(f"no run '{predecessor}' to continue")
         payload = continuation_payload(old, catalog(machines))
         return self.propose_and_wait(
             run_id,

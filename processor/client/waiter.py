@@ -38,7 +38,7 @@ from .core import (
     timeout_message,
     unavailable,
 )
-from .errors import Timeout
+from .errors import NotAwaited, NotFound, Timeout
 
 
 class Pins:
@@ -79,7 +79,7 @@ class Pins:
                     raise unavailable(
                         self.settings, "reading topic metadata", deadline.timeout, error
                     )
-                raise LookupError(
+                raise NotFound(
                     f"topic '{topic}' does not exist: create the topics (runstate topics "
                     "create), or give the prefix they were created with"
                 )
@@ -242,11 +242,11 @@ class OutcomeWaiter:
 
     def wait(self, proposal_id: str, timeout: float) -> Outcome:
         """The proposal's outcome, handed over once: in a scoped waiter a second wait
-        for it is a LookupError, like a wait for a proposal id never registered."""
+        for it is NotAwaited, like a wait for a proposal id never registered."""
         deadline = time.monotonic() + timeout
         with self._cond:
             if not self.follow_all and not self._book.expecting(proposal_id):
-                raise LookupError(
+                raise NotAwaited(
                     f"proposal '{proposal_id}' is not awaited here: it was not proposed "
                     "through this client, its outcome was already handed over, or more "
                     f"than {self._book.capacity} proposals went unclaimed since "

@@ -15,6 +15,7 @@ from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 from processor.client import (
     AsyncRunstateClient,
     KafkaSettings,
+    NotAwaited,
     OutcomeWaiter,
     Rejected,
     Rejection,
@@ -209,7 +210,7 @@ def test_unclaimed_outcomes_are_bounded(served: tuple[Env, WorkerProcess]) -> No
         client.flush()
         assert client.outcomes.kept() == 5
         assert isinstance(client.wait(pids[-1], timeout=30), Transition)
-        with pytest.raises(LookupError, match="max_unclaimed"):
+        with pytest.raises(NotAwaited, match="max_unclaimed"):
             client.wait(pids[0], timeout=1)
 
 

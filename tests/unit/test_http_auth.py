@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from processor.cli.main import cli
-from processor.client import RunReader
+from processor.client import NotServed, RunReader
 from processor.runtimes.native import probe
 from processor.serving.answers import JSON
 from processor.trust.http_auth import (
@@ -134,9 +134,9 @@ def test_the_sdk_sends_its_token_and_says_what_to_do_without_one(
     served: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("RUNSTATE_HTTP_TOKEN", raising=False)
-    with pytest.raises(LookupError, match="401, the worker wants a token: set RUNSTATE_HTTP_TOKEN"):
+    with pytest.raises(NotServed, match="401, the worker wants a token: set RUNSTATE_HTTP_TOKEN"):
         RunReader([served]).snapshot("r1")
-    with pytest.raises(LookupError, match="does not accept the token sent"):
+    with pytest.raises(NotServed, match="does not accept the token sent"):
         RunReader([served], http_token="nope").snapshot("r1")
     snapshot = RunReader([served], http_token=OLD).snapshot("r1")
     assert snapshot is not None and snapshot.run_id == "r1"
