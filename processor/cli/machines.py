@@ -152,10 +152,31 @@ def list_versions(kafka: KafkaContext) -> None:
 
 @machines.command("list")
 @machine_path_option
-def list_machines(machine_paths: tuple[Path, ...]) -> None:
+@option(
+    "--json",
+    "as_json",
+    env="MACHINES_LIST_JSON",
+    is_flag=True,
+    help="Print a JSON list of {machine, initial, states, terminal, transitions}.",
+)
+def list_machines(machine_paths: tuple[Path, ...], as_json: bool) -> None:
     """List loaded machines with their states."""
+    loaded = sorted(catalog(machine_paths).items())
+    if as_json:
+        rows = [
+            {
+                "machine": name,
+                "initial": m.spec.initial,
+                "states": list(m.spec.states),
+                "terminal": list(m.spec.terminal),
+                "transitions": len(m.spec.transitions),
+            }
+            for name, m in loaded
+        ]
+        click.echo(json.dumps(rows))
+        return
     table = Table("machine", "initial", "states", "terminal", "transitions")
-    for name, machine in sorted(catalog(machine_paths).items()):
+    for name, machine in loaded:
         spec = machine.spec
         table.add_row(
             name,

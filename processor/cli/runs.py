@@ -279,7 +279,7 @@ def history(run_id: str, worker_urls: tuple[str, ...], http_token: str | None) -
     "what", type=click.Choice(["transitions", "rejections", "dlq"]), default="transitions"
 )
 @option("--from-beginning", env="FROM_BEGINNING", is_flag=True, help="Start at offset 0.")
-@option("--limit", env="LIMIT", type=int, default=0, help="Stop after this many (0: follow).")
+@option("--limit", env="TAIL_LIMIT", type=int, default=0, help="Stop after this many (0: follow).")
 @pass_kafka
 def tail(what: str, from_beginning: bool, limit: int, kafka: KafkaContext) -> None:
     """Follow transitions, rejections or DLQ records as JSON lines (read_committed)."""
@@ -304,22 +304,31 @@ def tail(what: str, from_beginning: bool, limit: int, kafka: KafkaContext) -> No
 @http_token_option
 @option("--state", env="STATE", default=None, help="List the runs in this state instead.")
 @option("--machine", env="MACHINE", default=None, help="With --state: only this machine's.")
-@option("--limit", env="LIMIT", type=click.IntRange(1, 1000), default=20, help="With --state.")
+@option(
+    "--limit", env="STATS_LIMIT", type=click.IntRange(1, 1000), default=20, help="With --state."
+)
+@option("--json", "as_json", env="STATS_JSON", is_flag=True, help="Print the answer as JSON.")
 def stats(
     worker_urls: tuple[str, ...],
     http_token: str | None,
     state: str | None,
     machine: str | None,
     limit: int,
+    as_json: bool,
 ) -> None:
     """How many runs are in each state across the cluster, and how long the oldest has
-    waited there (any worker answers for all); with --state, those runs, longest first."""
+    waited there (any worker answers for all); with --state, those runs, longest first.
+    --json prints the workers' answer as it is: {"states": [...]} or {"runs": [...],
+    "next": ...}, each with "missing_partitions"."""
     reader = _reader(worker_urls, http_token)
     now = now_ms()
     try:
         data = reader.stats() if state is None else reader.runs_in_state(state, machine, limit)
     except (LookupError, ValueError, Unavailable) as exc:
         raise click.ClickException(str(exc)) from exc
+    if as_json:
+        click.echo(json.dumps(data))
+        return
     console = Console()
     if state is None:
         table = Table("machine", "state", "runs", "longest in state")
