@@ -43,6 +43,7 @@ from .errors import (
     Unavailable,
 )
 from .reader import RunReader
+from .steps import AsyncStep, Step
 from .sync import RunstateClient
 from .waiter import AsyncOutcomeWaiter, OutcomeWaiter
 
@@ -51,6 +52,7 @@ __all__ = [
     "MAX_UNCLAIMED",
     "AsyncOutcomeWaiter",
     "AsyncRunstateClient",
+    "AsyncStep",
     "Heartbeat",
     "InvalidArgument",
     "KafkaSettings",
@@ -67,6 +69,7 @@ __all__ = [
     "RunReader",
     "RunSnapshot",
     "RunstateClient",
+    "Step",
     "SigningKey",
     "Timeout",
     "TopicNames",

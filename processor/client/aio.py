@@ -10,11 +10,12 @@ thread.
 """
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
 from confluent_kafka import KafkaException, Producer
+from pydantic import JsonValue
 
 from processor.engine.machine import Machine
 from processor.history.resume import ResumeView, continuation_payload, resume_view
@@ -42,6 +43,7 @@ from .core import (
 from .errors import NotFound, Rejected
 from .lookup import committed_transition
 from .reader import RunReader
+from .steps import AsyncStep, T, run_async_step
 from .waiter import AsyncOutcomeWaiter
 
 
@@ -371,6 +373,37 @@ class AsyncRunstateClient:
 
     async def history(self, run_id: str) -> list[Transition]:
         return await asyncio.to_thread(self.reader.history, run_id)
+
+    # -- steps -----------------------------------------------------------------
+    def step(
+        self,
+        run_id: str,
+        name: str,
+        *,
+        key: str,
+        call_id: str | None = None,
+        timeout: float | None = None,
+    ) -> AsyncStep:
+        """A side effect done at most once: `async with client.step(...) as step`,
+        the body doing it unless `step.done` (processor/client/steps.py). `key`: the
+        side effect's idempotency key, as its tool knows it; `call_id`: the tool call."""
+        return AsyncStep(self, run_id, name, key, call_id, timeout)
+
+    async def run_step(
+        self,
+        run_id: str,
+        name: str,
+        action: Callable[[], Awaitable[T]],
+        *,
+        key: str,
+        call_id: str | None = None,
+        timeout: float | None = None,
+    ) -> JsonValue:
+        """`await action()` as step `name` of the run, unless the step succeeded before:
+        then its stored result, without calling `action`."""
+        return await run_async_step(
+            self.step(run_id, name, key=key, call_id=call_id, timeout=timeout), action
+        )
 
     async def close(self, timeout: float | None = None) -> None:
         """Deliver what was sent (within `timeout`), then stop."""

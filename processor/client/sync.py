@@ -3,9 +3,11 @@ outcome waiter on a thread, the workers' HTTP API)."""
 
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any
+
+from pydantic import JsonValue
 
 from processor.engine.machine import Machine
 from processor.history.resume import ResumeView, continuation_payload, resume_view
@@ -32,6 +34,7 @@ from .errors import NotFound, Rejected
 from .lookup import committed_transition
 from .proposal_producer import Headers, ProposalProducer
 from .reader import RunReader
+from .steps import Step, T, run_step
 from .waiter import OutcomeWaiter
 
 
@@ -364,6 +367,35 @@ class RunstateClient:
 
     def history(self, run_id: str) -> list[Transition]:
         return self.reader.history(run_id)
+
+    def step(
+        self,
+        run_id: str,
+        name: str,
+        *,
+        key: str,
+        call_id: str | None = None,
+        timeout: float | None = None,
+    ) -> Step:
+        """A side effect done at most once: `with client.step(...) as step`, the body
+        doing it unless `step.done` (processor/client/steps.py). `key`: the side
+        effect's idempotency key, as its tool knows it; `call_id`: the tool call."""
+        return Step(self, run_id, name, key, call_id, timeout)
+
+    def run_step(
+        self,
+        run_id: str,
+        name: str,
+        action: Callable[[], T],
+        *,
+        key: str,
+        call_id: str | None = None,
+        timeout: float | None = None,
+    ) -> JsonValue:
+        """`action()` as step `name` of the run, unless the step succeeded before: then
+        its stored result, without calling `action`."""
+        step = self.step(run_id, name, key=key, call_id=call_id, timeout=timeout)
+        return run_step(step, action)
 
     def close(self, timeout: float | None = None) -> None:
         """Deliver what was sent (within `timeout`), then stop following outcomes."""

@@ -263,3 +263,81 @@ def test_a_client_reads_what_it_was_just_answered(served: tuple[Env, WorkerProce
             snapshot = client.snapshot(runs[0])
             assert snapshot is not None and snapshot.checkpoint == {"s": n}
             assert client.history(runs[0])[-1].revision >= done.revision
+
+
+def test_a_step_runs_its_side_effect_once(served: tuple[Env, WorkerProcess]) -> None:
+    """Through the asyncio SDK as an agent writes it: a step's body runs once; run
+    again (a retried agent), the step hands back the stored result without running it;
+    a body that raises records step_failed and the step runs again; a step left
+    executing (a crashed attempt) is refused step_in_progress, its body not run."""
+    env, worker = served
+    done: list[str] = []
+
+    async def refund() -> dict[str, object]:
+        done.append("refund")
+        return {"receipt": "r-1", "amount": 42}
+
+    async def flaky() -> str:
+        done.append("flaky")
+        if done.count("flaky") == 1:
+            raise RuntimeError("gateway timeout")
+        return "ok"
+
+    async def main() -> None:
+        async with _async_client(env, (worker.url,)) as client:
+            run_id = _run("steps")
+            await client.create_and_wait(run_id, M, raise_on_rejection=True)
+            await client.propose_and_wait(run_id, "start", raise_on_rejection=True)
+            first = await client.run_step(run_id, "refund", refund, key="refund-7", call_id="c1")
+            again = await client.run_step(run_id, "refund", refund, key="refund-7")
+            assert first == again == {"receipt": "r-1", "amount": 42}
+            async with client.step(run_id, "refund", key="refund-7") as step:
+                assert step.done and step.result == first
+            assert done == ["refund"]
+            with pytest.raises(RuntimeError, match="gateway timeout"):
+                await client.run_step(run_id, "notify", flaky, key="n-1")
+            assert await client.run_step(run_id, "notify", flaky, key="n-1") == "ok"
+            assert done == ["refund", "flaky", "flaky"]
+            await client.propose_and_wait(
+                run_id,
+                "step_started",
+                payload={"step": "ship", "idempotency_key": "s-1"},
+                raise_on_rejection=True,
+            )
+            with pytest.raises(Rejected) as refused:
+                await client.run_step(run_id, "ship", refund, key="s-1")
+            assert refused.value.code is RejectionCode.STEP_IN_PROGRESS
+            assert done == ["refund", "flaky", "flaky"]
+            snapshot = await client.snapshot(run_id)
+            assert snapshot is not None
+            steps = {name: (s.status.value, s.result) for name, s in snapshot.steps.items()}
+            assert steps == {
+                "refund": ("succeeded", first),
+                "notify": ("succeeded", "ok"),
+                "ship": ("executing", None),
+            }
+            assert snapshot.steps["refund"].call_id == "c1"
+
+    asyncio.run(main())
+
+
+def test_a_step_in_the_blocking_client(served: tuple[Env, WorkerProcess]) -> None:
+    env, _ = served
+    client = env.client()
+    calls: list[int] = []
+    try:
+        run_id = _run("sync-steps")
+        client.create_and_wait(run_id, M, raise_on_rejection=True)
+        client.propose_and_wait(run_id, "start", raise_on_rejection=True)
+        with client.step(run_id, "charge", key="ch-1") as step:
+            assert not step.done
+            calls.append(1)
+            step.result = {"charged": True}
+        assert client.run_step(run_id, "charge", lambda: calls.append(2), key="ch-1") == {
+            "charged": True
+        }
+        assert calls == [1]
+        done = client.propose_and_wait(run_id, "complete", raise_on_rejection=True)
+        assert isinstance(done, Transition) and done.to_state == "done"
+    finally:
+        client.close()

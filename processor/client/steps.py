@@ -1,0 +1,169 @@
+"""Steps: a side effect done at most once per run and step name, recorded in the run's
+step ledger (docs/resume.md). A step is started (`step_started`, with the side effect's
+idempotency key and the tool call's id), then settled: `step_succeeded` with its result,
+or `step_failed` with the error. A step that succeeded before is not started again: the
+worker refuses it `duplicate_step` with the stored result, and the step hands that back
+without running the body.
+
+    async with client.step(run_id, "refund", key=f"refund-{order}") as step:
+        if not step.done:                    # done: it succeeded before; step.result has it
+            step.result = await refund(order)
+    receipt = step.result
+
+or, the same in one call: `await client.run_step(run_id, "refund", refund_it, key=...)`.
+
+The body raising an `Exception` records `step_failed` (the step may be started again);
+a cancellation or an interrupt records nothing: the step stays executing, its outcome
+unknown, and a resume checks the outside world before settling it (docs/resume.md). A
+step still executing from an earlier attempt is refused `step_in_progress`: `Rejected`.
+"""
+
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import JsonValue
+
+from schemas.codes import RejectionCode
+from schemas.messages import Rejection, Transition
+
+from .errors import Rejected
+
+if TYPE_CHECKING:
+    from .aio import AsyncRunstateClient
+    from .sync import RunstateClient
+
+T = TypeVar("T", bound=JsonValue)
+
+#: How much of an error a `step_failed` carries (the ledger's limit).
+MAX_ERROR_CHARS = 4096
+
+
+class _Step:
+    """What a step knows, in either client: its names, and once started whether it had
+    succeeded before (`done`) and its result."""
+
+    def __init__(self, run_id: str, name: str, key: str, call_id: str | None) -> None:
+        self.run_id = run_id
+        self.name = name
+        self.key = key
+        self.call_id = call_id
+        #: True when the step had succeeded before: `result` is the stored result and
+        #: the body must not do the side effect again.
+        self.done = False
+        #: The step's result: what the body sets (recorded by `step_succeeded`), or the
+        #: stored result when `done`.
+        self.result: JsonValue = None
+
+    def _started_payload(self) -> dict[str, Any]:
+        return {"step": self.name, "idempotency_key": self.key, "call_id": self.call_id}
+
+    def _on_started(self, outcome: object) -> None:
+        if isinstance(outcome, Rejection):
+            if outcome.code is not RejectionCode.DUPLICATE_STEP:
+                raise Rejected(outcome)
+            self.done, self.result = True, outcome.step_result
+        elif not isinstance(outcome, Transition):
+            raise TypeError(f"step_started answered with {type(outcome).__name__}")
+
+    def _settled(self, error: BaseException | None) -> tuple[str, dict[str, Any]] | None:
+        """The proposal that settles the step as the body ended: None when there is
+        nothing to record (it had succeeded before, or was cancelled or interrupted)."""
+        if self.done or (error is not None and not isinstance(error, Exception)):
+            return None
+        if error is not None:
+            said = f"{type(error).__name__}: {error}"[:MAX_ERROR_CHARS]
+            return "step_failed", {"step": self.name, "error": said, "call_id": self.call_id}
+        return "step_succeeded", {"step": self.name, "result": self.result, "call_id": self.call_id}
+
+
+class AsyncStep(_Step):
+    """`async with client.step(...)`: see the module."""
+
+    def __init__(
+        self,
+        client: "AsyncRunstateClient",
+        run_id: str,
+        name: str,
+        key: str,
+        call_id: str | None,
+        timeout: float | None,
+    ) -> None:
+        super().__init__(run_id, name, key, call_id)
+        self._client = client
+        self._timeout = timeout
+
+    async def __aenter__(self) -> "AsyncStep":
+        started = await self._client.propose_and_wait(
+            self.run_id, "step_started", payload=self._started_payload(), timeout=self._timeout
+        )
+        self._on_started(started)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        settle = self._settled(exc)
+        if settle is not None:
+            event, payload = settle
+            await self._client.propose_and_wait(
+                self.run_id, event, payload=payload, timeout=self._timeout, raise_on_rejection=True
+            )
+
+
+class Step(_Step):
+    """`with client.step(...)`: the blocking client's twin of `AsyncStep`."""
+
+    def __init__(
+        self,
+        client: "RunstateClient",
+        run_id: str,
+        name: str,
+        key: str,
+        call_id: str | None,
+        timeout: float | None,
+    ) -> None:
+        super().__init__(run_id, name, key, call_id)
+        self._client = client
+        self._timeout = timeout
+
+    def __enter__(self) -> "Step":
+        started = self._client.propose_and_wait(
+            self.run_id, "step_started", payload=self._started_payload(), timeout=self._timeout
+        )
+        self._on_started(started)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        settle = self._settled(exc)
+        if settle is not None:
+            event, payload = settle
+            self._client.propose_and_wait(
+                self.run_id, event, payload=payload, timeout=self._timeout, raise_on_rejection=True
+            )
+
+
+async def run_async_step(step: AsyncStep, action: Callable[[], Awaitable[T]]) -> JsonValue:
+    """`action`'s result, awaited only when the step had not succeeded before (else
+    the stored result)."""
+    async with step:
+        if not step.done:
+            step.result = await action()
+    return step.result
+
+
+def run_step(step: Step, action: Callable[[], T]) -> JsonValue:
+    """`action`'s result, called only when the step had not succeeded before (else the
+    stored result)."""
+    with step:
+        if not step.done:
+            step.result = action()
+    return step.result
