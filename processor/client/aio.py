@@ -10,7 +10,7 @@ thread.
 """
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -18,36 +18,32 @@ from confluent_kafka import KafkaException, Producer
 from pydantic import JsonValue
 
 from processor.engine.machine import Machine
-from processor.history.resume import ResumeView, continuation_payload, resume_view
-from processor.kafka.config import KafkaSettings
-from processor.kafka.topics import TopicNames
-from processor.trust.keyring import SigningKey
+from processor.history.resume import ResumeView, resume_view
 from schemas.messages import RunSnapshot, Transition
 
 from .aio_deliveries import Deliveries
+from .base import ClientBase
 from .core import (
     DECISION_TTL_MS,
-    MAX_UNCLAIMED,
     Deadline,
     Outcome,
     ProposalRecord,
     approval_payload,
     catalog,
-    create_payload,
+    continuation,
     decision_event,
     duplicate_of,
+    pending_decision,
     producer_config,
-    proposal_record,
     unavailable,
 )
-from .errors import NotFound, Rejected
+from .errors import Rejected
 from .lookup import committed_transition
-from .reader import RunReader
 from .steps import AsyncStep, T, run_async_step
 from .waiter import AsyncOutcomeWaiter
 
 
-class AsyncRunstateClient:
+class AsyncRunstateClient(ClientBase):
     """The asyncio twin of `RunstateClient`: the same methods, awaited.
 
         async with AsyncRunstateClient(settings, topics, signing_key=key) as client:
@@ -56,29 +52,7 @@ class AsyncRunstateClient:
     One client serves many concurrent tasks of one event loop (it is built in, and
     bound to, the loop that first uses it)."""
 
-    def __init__(
-        self,
-        settings: KafkaSettings,
-        topics: TopicNames,
-        *,
-        signing_key: SigningKey | None = None,
-        key_id: str | None = None,
-        secret: str | None = None,
-        worker_urls: Iterable[str] = (),
-        http_token: str | None = None,
-        timeout: float = 30.0,
-        max_unclaimed: int = MAX_UNCLAIMED,
-    ) -> None:
-        self.settings = settings
-        self.topics = topics
-        if signing_key is None:
-            if key_id is None or secret is None:
-                raise ValueError("give signing_key, or key_id and secret (an HMAC key)")
-            signing_key = SigningKey.hmac(key_id, secret)
-        self.signing_key = signing_key
-        self.timeout = timeout
-        self.max_unclaimed = max_unclaimed
-        self.reader = RunReader(worker_urls, http_token=http_token, timeout=min(timeout, 10.0))
+    def _open(self) -> None:
         self._producer: Producer | None = None
         self._deliveries: Deliveries | None = None
         self._waiter: AsyncOutcomeWaiter | None = None
@@ -126,16 +100,8 @@ class AsyncRunstateClient:
     ) -> str:
         """Send a signed proposal; returns its proposal id once it is handed to the
         producer (`flush()` or `*_and_wait` wait for its delivery)."""
-        record = proposal_record(
-            self.topics,
-            self.signing_key,
-            run_id,
-            event,
-            payload=payload,
-            reason=reason,
-            expected_revision=expected_revision,
-            metadata=metadata,
-            proposal_id=proposal_id,
+        record = self._record(
+            run_id, event, payload, reason, expected_revision, metadata, proposal_id
         )
         await self._send(record, Deadline(self.timeout if timeout is None else timeout))
         return record.proposal_id
@@ -176,15 +142,11 @@ class AsyncRunstateClient:
         proposal_id: str | None = None,
         timeout: float | None = None,
     ) -> str:
-        payload = create_payload(
-            machine,
-            max_retries=max_retries,
-            success_criteria=success_criteria,
-            deadlines=deadlines,
+        record = self._create_record(
+            run_id, machine, max_retries, success_criteria, deadlines, proposal_id
         )
-        return await self.propose(
-            run_id, "create", payload=payload, proposal_id=proposal_id, timeout=timeout
-        )
+        await self._send(record, Deadline(self.timeout if timeout is None else timeout))
+        return record.proposal_id
 
     async def heartbeat(self, run_id: str, *, timeout: float | None = None) -> str:
         """A sign of life for a running run; its answer is a `Heartbeat`."""
@@ -226,14 +188,20 @@ class AsyncRunstateClient:
         run_id: str,
         event: str,
         *,
+        payload: dict[str, Any] | None = None,
+        reason: str | None = None,
+        expected_revision: int | None = None,
+        metadata: dict[str, Any] | None = None,
+        proposal_id: str | None = None,
         timeout: float | None = None,
         raise_on_rejection: bool = False,
-        **kw: Any,
     ) -> Outcome:
-        """Propose and wait for the outcome, all within `timeout`. With
+        """Propose (as `propose`) and wait for the outcome, all within `timeout`. With
         `raise_on_rejection`, a `Rejection` is raised as `Rejected`."""
         deadline = Deadline(self.timeout if timeout is None else timeout)
-        record = proposal_record(self.topics, self.signing_key, run_id, event, **kw)
+        record = self._record(
+            run_id, event, payload, reason, expected_revision, metadata, proposal_id
+        )
         return await self._deliver_and_wait(record, deadline, raise_on_rejection)
 
     async def decide(
@@ -245,32 +213,27 @@ class AsyncRunstateClient:
         expires_in_ms: int = DECISION_TTL_MS,
         event: str | None = None,
         machines: Mapping[str, Machine] | None = None,
+        reason: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        proposal_id: str | None = None,
         timeout: float | None = None,
         raise_on_rejection: bool = False,
-        **kw: Any,
     ) -> Outcome:
         """An approver's decision on the run's approval wait, as `RunstateClient.decide`:
         the pause read from the run's snapshot unless given."""
         deadline = Deadline(self.timeout if timeout is None else timeout)
         if pause is None:
             snapshot = await self.snapshot(run_id)
-            if snapshot is None:
-                raise NotFound(f"no run '{run_id}' to decide on")
-            if snapshot.pause is None:
-                raise ValueError(
-                    f"run '{run_id}' waits for no approval (state '{snapshot.state}'); "
-                    "decide once it asks for one"
-                )
-            pause = snapshot.pause.revision
-            if event is None:
-                event = decision_event(catalog(machines).get(snapshot.machine), grant)
+            pause, event = pending_decision(run_id, snapshot, grant, event, machines)
         return await self.propose_and_wait(
             run_id,
             event or decision_event(None, grant),
             payload=approval_payload(pause, expires_in_ms),
+            reason=reason,
+            metadata=metadata,
+            proposal_id=proposal_id,
             timeout=deadline.left(),
             raise_on_rejection=raise_on_rejection,
-            **kw,
         )
 
     async def create_and_wait(
@@ -278,19 +241,17 @@ class AsyncRunstateClient:
         run_id: str,
         machine: str,
         *,
+        max_retries: int | None = None,
+        success_criteria: list[str] | None = None,
+        deadlines: dict[str, int] | None = None,
+        proposal_id: str | None = None,
         timeout: float | None = None,
         raise_on_rejection: bool = False,
-        proposal_id: str | None = None,
-        **options: Any,
     ) -> Outcome:
+        """Create the run (as `create`) and wait for the outcome, all within `timeout`."""
         deadline = Deadline(self.timeout if timeout is None else timeout)
-        record = proposal_record(
-            self.topics,
-            self.signing_key,
-            run_id,
-            "create",
-            payload=create_payload(machine, **options),
-            proposal_id=proposal_id,
+        record = self._create_record(
+            run_id, machine, max_retries, success_criteria, deadlines, proposal_id
         )
         return await self._deliver_and_wait(record, deadline, raise_on_rejection)
 
@@ -359,10 +320,7 @@ class AsyncRunstateClient:
         """Create run `run_id` continuing the finished run `predecessor`: a new run at
         its machine's initial state carrying the predecessor's succeeded steps and its
         checkpoint, linked to its last transition. Waits for the outcome."""
-        old = await self.snapshot(predecessor)
-        if old is None:
-            raise NotFound(f"no run '{predecessor}' to continue")
-        payload = continuation_payload(old, catalog(machines))
+        payload = continuation(predecessor, await self.snapshot(predecessor), machines)
         return await self.propose_and_wait(
             run_id,
             "create",

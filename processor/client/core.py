@@ -17,14 +17,15 @@ from typing import Any
 from pydantic import ValidationError
 
 from processor.engine.machine import Machine
+from processor.history.resume import continuation_payload
 from processor.kafka.config import KafkaSettings
 from processor.kafka.partitioning import murmur2
 from processor.kafka.topics import TopicNames
 from processor.trust.keyring import SigningKey
 from schemas.codes import RejectionCode
-from schemas.messages import Heartbeat, Proposal, Rejection, Transition
+from schemas.messages import Heartbeat, Proposal, Rejection, RunSnapshot, Transition
 
-from .errors import InvalidArgument, Unavailable
+from .errors import InvalidArgument, NotFound, Unavailable
 
 Outcome = Transition | Heartbeat | Rejection
 
@@ -287,6 +288,36 @@ def decision_event(machine: Machine | None, grant: bool) -> str:
                 return name
         raise ValueError(f"machine '{machine.name}' has no event that decides ({kind}) approvals")
     return "approval_granted" if grant else "approval_denied"
+
+
+def pending_decision(
+    run_id: str,
+    snapshot: RunSnapshot | None,
+    grant: bool,
+    event: str | None,
+    machines: Mapping[str, Machine] | None,
+) -> tuple[int, str]:
+    """The pause a decision on the run answers (the revision that entered its approval
+    wait) and the event that decides it, from the run's snapshot; NotFound when there
+    is no run or it waits for no approval."""
+    if snapshot is None:
+        raise NotFound(f"no run '{run_id}' to decide on")
+    if snapshot.pause is None:
+        raise NotFound(
+            f"run '{run_id}' waits for no approval (state '{snapshot.state}'); decide once "
+            "it asks for one"
+        )
+    machine = catalog(machines).get(snapshot.machine)
+    return snapshot.pause.revision, event or decision_event(machine, grant)
+
+
+def continuation(
+    predecessor: str, snapshot: RunSnapshot | None, machines: Mapping[str, Machine] | None
+) -> dict[str, Any]:
+    """The create payload of a run continuing `predecessor` (its snapshot given)."""
+    if snapshot is None:
+        raise NotFound(f"no run '{predecessor}' to continue")
+    return continuation_payload(snapshot, catalog(machines))
 
 
 def catalog(machines: Mapping[str, Machine] | None) -> Mapping[str, Machine]:

@@ -3,75 +3,46 @@ outcome waiter on a thread, the workers' HTTP API)."""
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
 from pydantic import JsonValue
 
 from processor.engine.machine import Machine
-from processor.history.resume import ResumeView, continuation_payload, resume_view
-from processor.kafka.config import KafkaSettings
-from processor.kafka.topics import TopicNames
-from processor.trust.keyring import SigningKey
+from processor.history.resume import ResumeView, resume_view
 from schemas.messages import RunSnapshot, Transition
 
+from .base import ClientBase
 from .core import (
     DECISION_TTL_MS,
-    MAX_UNCLAIMED,
     Deadline,
     Outcome,
     ProposalRecord,
     approval_payload,
     catalog,
-    create_payload,
+    continuation,
     decision_event,
     duplicate_of,
-    proposal_record,
+    pending_decision,
     raw_proposal_id,
 )
-from .errors import NotFound, Rejected
+from .errors import Rejected
 from .lookup import committed_transition
 from .proposal_producer import Headers, ProposalProducer
-from .reader import RunReader
 from .steps import Step, T, run_step
 from .waiter import OutcomeWaiter
 
 
-class RunstateClient:
+class RunstateClient(ClientBase):
     """Create runs, propose (signed), wait for outcomes, read snapshots; blocking.
 
     Every call that talks to Kafka returns or raises within its `timeout` (default: the
     client's `timeout`, 30 s): `Unavailable` when the broker cannot be reached or a
     proposal not delivered, `Timeout` when no outcome came."""
 
-    def __init__(
-        self,
-        settings: KafkaSettings,
-        topics: TopicNames,
-        *,
-        signing_key: SigningKey | None = None,
-        key_id: str | None = None,
-        secret: str | None = None,
-        worker_urls: Iterable[str] = (),
-        http_token: str | None = None,
-        timeout: float = 30.0,
-        max_unclaimed: int = MAX_UNCLAIMED,
-    ) -> None:
-        """Sign with `signing_key` (an Ed25519 or HMAC key, `runstate keys add` writes
-        one), or with the HMAC key `key_id` whose shared secret is `secret`."""
-        self.settings = settings
-        self.topics = topics
-        if signing_key is None:
-            if key_id is None or secret is None:
-                raise ValueError("give signing_key, or key_id and secret (an HMAC key)")
-            signing_key = SigningKey.hmac(key_id, secret)
-        self.signing_key = signing_key
-        self.timeout = timeout
-        self.max_unclaimed = max_unclaimed
-        # Sent to worker_urls only (default: RUNSTATE_HTTP_TOKEN); Kafka never sees it.
-        self.reader = RunReader(worker_urls, http_token=http_token, timeout=min(timeout, 10.0))
-        self._proposals = ProposalProducer(settings, topics.proposals, timeout)
+    def _open(self) -> None:
+        self._proposals = ProposalProducer(self.settings, self.topics.proposals, self.timeout)
         self._scoped: OutcomeWaiter | None = None
         self._all: OutcomeWaiter | None = None
         self._lock = threading.Lock()
@@ -103,16 +74,8 @@ class RunstateClient:
         """Send a signed proposal; returns its proposal id (give one to retry safely).
         Its outcome is registered for `wait()` before it is sent, so it is never missed.
         """
-        record = proposal_record(
-            self.topics,
-            self.signing_key,
-            run_id,
-            event,
-            payload=payload,
-            reason=reason,
-            expected_revision=expected_revision,
-            metadata=metadata,
-            proposal_id=proposal_id,
+        record = self._record(
+            run_id, event, payload, reason, expected_revision, metadata, proposal_id
         )
         self._send(record, Deadline(self.timeout if timeout is None else timeout))
         return record.proposal_id
@@ -160,15 +123,11 @@ class RunstateClient:
         proposal_id: str | None = None,
         timeout: float | None = None,
     ) -> str:
-        payload = create_payload(
-            machine,
-            max_retries=max_retries,
-            success_criteria=success_criteria,
-            deadlines=deadlines,
+        record = self._create_record(
+            run_id, machine, max_retries, success_criteria, deadlines, proposal_id
         )
-        return self.propose(
-            run_id, "create", payload=payload, proposal_id=proposal_id, timeout=timeout
-        )
+        self._send(record, Deadline(self.timeout if timeout is None else timeout))
+        return record.proposal_id
 
     def heartbeat(self, run_id: str, *, timeout: float | None = None) -> str:
         """A sign of life for a running run: pushes its heartbeat deadline back. Not a
@@ -231,28 +190,53 @@ class RunstateClient:
         run_id: str,
         event: str,
         *,
+        payload: dict[str, Any] | None = None,
+        reason: str | None = None,
+        expected_revision: int | None = None,
+        metadata: dict[str, Any] | None = None,
+        proposal_id: str | None = None,
         timeout: float | None = None,
         raise_on_rejection: bool = False,
-        **kw: Any,
     ) -> Outcome:
-        """Propose and wait for the outcome, all within `timeout`. With
+        """Propose (as `propose`) and wait for the outcome, all within `timeout`. With
         `raise_on_rejection`, a `Rejection` is raised as `Rejected`."""
         deadline = Deadline(self.timeout if timeout is None else timeout)
-        proposal_id = self.propose(run_id, event, timeout=deadline.left(), **kw)
-        return self._deliver_and_wait(proposal_id, deadline, raise_on_rejection)
+        sent = self.propose(
+            run_id,
+            event,
+            payload=payload,
+            reason=reason,
+            expected_revision=expected_revision,
+            metadata=metadata,
+            proposal_id=proposal_id,
+            timeout=deadline.left(),
+        )
+        return self._deliver_and_wait(sent, deadline, raise_on_rejection)
 
     def create_and_wait(
         self,
         run_id: str,
         machine: str,
         *,
+        max_retries: int | None = None,
+        success_criteria: list[str] | None = None,
+        deadlines: dict[str, int] | None = None,
+        proposal_id: str | None = None,
         timeout: float | None = None,
         raise_on_rejection: bool = False,
-        **kw: Any,
     ) -> Outcome:
+        """Create the run (as `create`) and wait for the outcome, all within `timeout`."""
         deadline = Deadline(self.timeout if timeout is None else timeout)
-        proposal_id = self.create(run_id, machine, timeout=deadline.left(), **kw)
-        return self._deliver_and_wait(proposal_id, deadline, raise_on_rejection)
+        sent = self.create(
+            run_id,
+            machine,
+            max_retries=max_retries,
+            success_criteria=success_criteria,
+            deadlines=deadlines,
+            proposal_id=proposal_id,
+            timeout=deadline.left(),
+        )
+        return self._deliver_and_wait(sent, deadline, raise_on_rejection)
 
     def decide(
         self,
@@ -263,9 +247,11 @@ class RunstateClient:
         expires_in_ms: int = DECISION_TTL_MS,
         event: str | None = None,
         machines: Mapping[str, Machine] | None = None,
+        reason: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        proposal_id: str | None = None,
         timeout: float | None = None,
         raise_on_rejection: bool = False,
-        **kw: Any,
     ) -> Outcome:
         """An approver's decision on the run's approval wait: grant it, or deny it with
         `grant=False`; waits for the outcome. The decision names the pause it answers
@@ -276,23 +262,16 @@ class RunstateClient:
         deadline = Deadline(self.timeout if timeout is None else timeout)
         if pause is None:
             snapshot = self.snapshot(run_id)
-            if snapshot is None:
-                raise NotFound(f"no run '{run_id}' to decide on")
-            if snapshot.pause is None:
-                raise ValueError(
-                    f"run '{run_id}' waits for no approval (state '{snapshot.state}'); "
-                    "decide once it asks for one"
-                )
-            pause = snapshot.pause.revision
-            if event is None:
-                event = decision_event(catalog(machines).get(snapshot.machine), grant)
+            pause, event = pending_decision(run_id, snapshot, grant, event, machines)
         return self.propose_and_wait(
             run_id,
             event or decision_event(None, grant),
             payload=approval_payload(pause, expires_in_ms),
+            reason=reason,
+            metadata=metadata,
+            proposal_id=proposal_id,
             timeout=deadline.left(),
             raise_on_rejection=raise_on_rejection,
-            **kw,
         )
 
     def _deliver_and_wait(
@@ -353,10 +332,7 @@ class RunstateClient:
         """Create run `run_id` continuing the finished run `predecessor`: a new run at
         its machine's initial state carrying the predecessor's succeeded steps and its
         checkpoint, linked to its last transition. Waits for the outcome."""
-        old = self.snapshot(predecessor)
-        if old is None:
-            raise NotFound(f"no run '{predecessor}' to continue")
-        payload = continuation_payload(old, catalog(machines))
+        payload = continuation(predecessor, self.snapshot(predecessor), machines)
         return self.propose_and_wait(
             run_id,
             "create",

@@ -1,0 +1,90 @@
+"""What both clients are made of, whichever way they wait: where Kafka is, the topics,
+the key they sign with, the reader of committed runs, the timeout; and the proposals
+they build. Each client adds its transport (`_open`) and its ways of waiting."""
+
+from collections.abc import Iterable
+from typing import Any
+
+from processor.kafka.config import KafkaSettings
+from processor.kafka.topics import TopicNames
+from processor.trust.keyring import SigningKey
+
+from .core import MAX_UNCLAIMED, ProposalRecord, create_payload, proposal_record
+from .errors import InvalidArgument
+from .reader import RunReader
+
+
+class ClientBase:
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        topics: TopicNames,
+        *,
+        signing_key: SigningKey | None = None,
+        key_id: str | None = None,
+        secret: str | None = None,
+        worker_urls: Iterable[str] = (),
+        http_token: str | None = None,
+        timeout: float = 30.0,
+        max_unclaimed: int = MAX_UNCLAIMED,
+    ) -> None:
+        """Sign with `signing_key` (an Ed25519 or HMAC key, `runstate keys add` writes
+        one), or with the HMAC key `key_id` whose shared secret is `secret`. Reads ask
+        the workers at `worker_urls` (one is enough when they are each other's peers),
+        sending `http_token` (default: RUNSTATE_HTTP_TOKEN); Kafka never sees it."""
+        self.settings = settings
+        self.topics = topics
+        if signing_key is None:
+            if key_id is None or secret is None:
+                raise InvalidArgument("give signing_key, or key_id and secret (an HMAC key)")
+            signing_key = SigningKey.hmac(key_id, secret)
+        self.signing_key = signing_key
+        self.timeout = timeout
+        self.max_unclaimed = max_unclaimed
+        self.reader = RunReader(worker_urls, http_token=http_token, timeout=min(timeout, 10.0))
+        self._open()
+
+    def _open(self) -> None:
+        """The client's own transport and waiting state."""
+        raise NotImplementedError
+
+    def _record(
+        self,
+        run_id: str,
+        event: str,
+        payload: dict[str, Any] | None = None,
+        reason: str | None = None,
+        expected_revision: int | None = None,
+        metadata: dict[str, Any] | None = None,
+        proposal_id: str | None = None,
+    ) -> ProposalRecord:
+        """The proposal's record, signed now."""
+        return proposal_record(
+            self.topics,
+            self.signing_key,
+            run_id,
+            event,
+            payload=payload,
+            reason=reason,
+            expected_revision=expected_revision,
+            metadata=metadata,
+            proposal_id=proposal_id,
+        )
+
+    def _create_record(
+        self,
+        run_id: str,
+        machine: str,
+        max_retries: int | None,
+        success_criteria: list[str] | None,
+        deadlines: dict[str, int] | None,
+        proposal_id: str | None,
+    ) -> ProposalRecord:
+        """The record that creates the run on `machine`, signed now."""
+        payload = create_payload(
+            machine,
+            max_retries=max_retries,
+            success_criteria=success_criteria,
+            deadlines=deadlines,
+        )
+        return self._record(run_id, "create", payload, proposal_id=proposal_id)
