@@ -48,6 +48,11 @@ class ClientBase:
         """The client's own transport and waiting state."""
         raise NotImplementedError
 
+    def _now_ms(self) -> int | None:
+        """The time proposals are signed at and decisions expire from (None: this host's
+        clock, now; a test environment's clients answer its clock)."""
+        return None
+
     def _record(
         self,
         run_id: str,
@@ -69,6 +74,7 @@ class ClientBase:
             expected_revision=expected_revision,
             metadata=metadata,
             proposal_id=proposal_id,
+            now_ms=self._now_ms(),
         )
 
     def _create_record(

@@ -272,10 +272,14 @@ class Deadline:
 DECISION_TTL_MS = 10 * 60 * 1000
 
 
-def approval_payload(pause: int, expires_in_ms: int = DECISION_TTL_MS) -> dict[str, int]:
+def approval_payload(
+    pause: int, expires_in_ms: int = DECISION_TTL_MS, now_ms: int | None = None
+) -> dict[str, int]:
     """The payload of an approver's decision: the revision that entered the pause it
-    answers, and until when (broker time, from this host's clock) it holds."""
-    return {"pause": pause, "expires_at_ms": int(time.time() * 1000) + expires_in_ms}
+    answers, and until when (broker time, from `now_ms`, default this host's clock) it
+    holds."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    return {"pause": pause, "expires_at_ms": now_ms + expires_in_ms}
 
 
 def decision_event(machine: Machine | None, grant: bool) -> str:

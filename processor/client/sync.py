@@ -266,7 +266,7 @@ class RunstateClient(ClientBase):
         return self.propose_and_wait(
             run_id,
             event or decision_event(None, grant),
-            payload=approval_payload(pause, expires_in_ms),
+            payload=approval_payload(pause, expires_in_ms, self._now_ms()),
             reason=reason,
             metadata=metadata,
             proposal_id=proposal_id,
