@@ -15,7 +15,6 @@ from types import TracebackType
 from typing import Any
 
 from confluent_kafka import KafkaException, Producer
-from pydantic import JsonValue
 
 from processor.engine.machine import Machine
 from processor.history.resume import ResumeView, resume_view
@@ -356,7 +355,7 @@ class AsyncRunstateClient(ClientBase):
         key: str,
         call_id: str | None = None,
         timeout: float | None = None,
-    ) -> JsonValue:
+    ) -> T:
         """`await action()` as step `name` of the run, unless the step succeeded before:
         then its stored result, without calling `action`."""
         return await run_async_step(

@@ -22,8 +22,6 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pydantic import JsonValue
-
 from schemas.codes import RejectionCode
 from schemas.messages import Rejection, Transition
 
@@ -33,7 +31,8 @@ if TYPE_CHECKING:
     from .aio import AsyncRunstateClient
     from .sync import RunstateClient
 
-T = TypeVar("T", bound=JsonValue)
+#: What a step's action returns: JSON (a stored result comes back as JSON reads it).
+T = TypeVar("T")
 
 #: How much of an error a `step_failed` carries (the ledger's limit).
 MAX_ERROR_CHARS = 4096
@@ -51,9 +50,9 @@ class _Step:
         #: True when the step had succeeded before: `result` is the stored result and
         #: the body must not do the side effect again.
         self.done = False
-        #: The step's result: what the body sets (recorded by `step_succeeded`), or the
-        #: stored result when `done`.
-        self.result: JsonValue = None
+        #: The step's result: what the body sets (recorded by `step_succeeded`: JSON),
+        #: or the stored result when `done`.
+        self.result: Any = None
 
     def _started_payload(self) -> dict[str, Any]:
         return {"step": self.name, "idempotency_key": self.key, "call_id": self.call_id}
@@ -151,19 +150,21 @@ class Step(_Step):
             )
 
 
-async def run_async_step(step: AsyncStep, action: Callable[[], Awaitable[T]]) -> JsonValue:
+async def run_async_step(step: AsyncStep, action: Callable[[], Awaitable[T]]) -> T:
     """`action`'s result, awaited only when the step had not succeeded before (else
     the stored result)."""
     async with step:
         if not step.done:
             step.result = await action()
-    return step.result
+    result: T = step.result
+    return result
 
 
-def run_step(step: Step, action: Callable[[], T]) -> JsonValue:
+def run_step(step: Step, action: Callable[[], T]) -> T:
     """`action`'s result, called only when the step had not succeeded before (else the
     stored result)."""
     with step:
         if not step.done:
             step.result = action()
-    return step.result
+    result: T = step.result
+    return result

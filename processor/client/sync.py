@@ -7,8 +7,6 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
-from pydantic import JsonValue
-
 from processor.engine.machine import Machine
 from processor.history.resume import ResumeView, resume_view
 from schemas.messages import RunSnapshot, Transition
@@ -367,7 +365,7 @@ class RunstateClient(ClientBase):
         key: str,
         call_id: str | None = None,
         timeout: float | None = None,
-    ) -> JsonValue:
+    ) -> T:
         """`action()` as step `name` of the run, unless the step succeeded before: then
         its stored result, without calling `action`."""
         step = self.step(run_id, name, key=key, call_id=call_id, timeout=timeout)

@@ -2,6 +2,7 @@
 errors; and that a strictly typed agent type-checks against the SDK alone."""
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -139,10 +140,28 @@ def test_the_errors() -> None:
     assert Heartbeat  # re-exported for agents, with the other messages
 
 
-def test_a_strictly_typed_agent_type_checks_against_the_sdk() -> None:
-    """The SDK's own typed agent, and the examples a user copies from."""
+def test_a_strictly_typed_agent_type_checks_against_the_sdk(tmp_path: Path) -> None:
+    """The SDK's own typed agent, the examples a user copies from and the README's
+    Python examples: `mypy --strict` (the SDK's own modules are checked by
+    test_code_quality; their errors are not the user's)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.DOTALL)
+    assert blocks, "the README has a Python example"
+    copied = []
+    for n, block in enumerate(blocks):
+        copied.append(tmp_path / f"readme_{n}.py")
+        copied[-1].write_text(block, encoding="utf-8")
     result = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "tests/sdk_agent.py", "examples/"],
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--follow-imports=silent",
+            "tests/sdk_agent.py",
+            "examples/",
+            *map(str, copied),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -151,12 +170,20 @@ def test_a_strictly_typed_agent_type_checks_against_the_sdk() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_the_typed_agent_runs() -> None:
+    from tests.sdk_agent import in_the_test_environment
+
+    assert in_the_test_environment() == "done@4"
+
+
 def test_the_sdk_ships_its_type_information() -> None:
-    assert (ROOT / "processor" / "client" / "py.typed").exists()
+    """PEP 561: the marker at each top-level package types every package under it."""
     package_data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
         "package-data"
     ]
-    assert "py.typed" in package_data["processor.client"]
+    for package in ("processor", "schemas"):
+        assert (ROOT / package / "py.typed").exists()
+        assert "py.typed" in package_data[package]
 
 
 @settings(max_examples=300, deadline=None)
