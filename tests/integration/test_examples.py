@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -67,5 +68,40 @@ def test_the_asyncio_agent_crashes_mid_step_and_resumes_where_it_was(env: Env) -
         history = worker.get(worker.run_path("order-7", "/history"))
         started = [t["payload"]["step"] for t in history if t["event"] == "step_started"]
         assert started == ["validate", "refund", "refund", "notify"]  # validate ran once
+    finally:
+        assert worker.terminate() == 0, worker.log()
+
+
+def test_the_readmes_example_runs_as_written(env: Env) -> None:
+    """The README's SDK example, with this broker's address, topics, key and worker in
+    place of the ones it names."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    (code,) = re.findall(r"```python\n(.*?)```", readme, flags=re.DOTALL)
+    key = env.tmp / "keys.private" / "runtime.key.json"
+    key.parent.mkdir()
+    key.write_text(dump_signing_key(env.signing_key("runtime")))
+    worker = WorkerProcess(env, env.tmp / "w1")
+    try:
+        worker.wait_ready(partitions=3)
+        prefix = env.topics.proposals.removesuffix("proposals")
+        for written, here in (
+            ('KafkaSettings("127.0.0.1:9092")', f'KafkaSettings("{env.bootstrap}")'),
+            ("TopicNames.with_prefix()", f'TopicNames.with_prefix("{prefix}")'),
+            ('"http://127.0.0.1:8080"', f'"{worker.url}"'),
+        ):
+            assert written in code, written
+            code = code.replace(written, here)
+        ran = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=env.tmp,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        snapshot = worker.get(worker.run_path("refund-42"))
+        assert snapshot["state"] == "running"
+        assert snapshot["steps"]["refund"]["status"] == "executing"
     finally:
         assert worker.terminate() == 0, worker.log()
