@@ -46,6 +46,7 @@ from .reader import RunReader
 from .steps import AsyncStep, Step
 from .sync import RunstateClient
 from .waiter import AsyncOutcomeWaiter, OutcomeWaiter
+from .watch import AsyncWatch, Position, Watch
 
 __all__ = [
     "DECISION_TTL_MS",
@@ -53,6 +54,7 @@ __all__ = [
     "AsyncOutcomeWaiter",
     "AsyncRunstateClient",
     "AsyncStep",
+    "AsyncWatch",
     "Heartbeat",
     "InvalidArgument",
     "KafkaSettings",
@@ -63,6 +65,7 @@ __all__ = [
     "OutcomeBook",
     "OutcomeTimeout",
     "OutcomeWaiter",
+    "Position",
     "Rejected",
     "Rejection",
     "RejectionCode",
@@ -75,6 +78,7 @@ __all__ = [
     "TopicNames",
     "Transition",
     "Unavailable",
+    "Watch",
     "approval_payload",
     "load_signing_key",
 ]

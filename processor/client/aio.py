@@ -40,6 +40,7 @@ from .errors import Rejected
 from .lookup import committed_transition
 from .steps import AsyncStep, T, run_async_step
 from .waiter import AsyncOutcomeWaiter
+from .watch import AsyncWatch, Position, run_watch, state_watch
 
 
 class AsyncRunstateClient(ClientBase):
@@ -360,6 +361,25 @@ class AsyncRunstateClient(ClientBase):
         then its stored result, without calling `action`."""
         return await run_async_step(
             self.step(run_id, name, key=key, call_id=call_id, timeout=timeout), action
+        )
+
+    def watch(
+        self, run_id: str, *, resume_from: Position | None = None, since_ms: int | None = None
+    ) -> AsyncWatch:
+        """The run's transitions as they commit: `async for t in client.watch(run_id)`;
+        resume a watch from its `position` (processor/client/watch.py)."""
+        settings, topics, timeout = self.settings, self.topics, self.timeout
+        return AsyncWatch(
+            lambda: run_watch(settings, topics, run_id, resume_from, since_ms, timeout)
+        )
+
+    def watch_state(
+        self, state: str, *, machine: str | None = None, resume_from: Position | None = None
+    ) -> AsyncWatch:
+        """The transitions into `state` as they commit, from now or from `resume_from`."""
+        settings, topics, timeout = self.settings, self.topics, self.timeout
+        return AsyncWatch(
+            lambda: state_watch(settings, topics, state, machine, resume_from, timeout)
         )
 
     async def close(self, timeout: float | None = None) -> None:

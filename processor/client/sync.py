@@ -30,6 +30,7 @@ from .lookup import committed_transition
 from .proposal_producer import Headers, ProposalProducer
 from .steps import Step, T, run_step
 from .waiter import OutcomeWaiter
+from .watch import Position, Watch, run_watch, state_watch
 
 
 class RunstateClient(ClientBase):
@@ -370,6 +371,19 @@ class RunstateClient(ClientBase):
         its stored result, without calling `action`."""
         step = self.step(run_id, name, key=key, call_id=call_id, timeout=timeout)
         return run_step(step, action)
+
+    def watch(
+        self, run_id: str, *, resume_from: Position | None = None, since_ms: int | None = None
+    ) -> Watch:
+        """The run's transitions as they commit: `for t in client.watch(run_id)`; resume
+        a watch from its `position` (processor/client/watch.py)."""
+        return run_watch(self.settings, self.topics, run_id, resume_from, since_ms, self.timeout)
+
+    def watch_state(
+        self, state: str, *, machine: str | None = None, resume_from: Position | None = None
+    ) -> Watch:
+        """The transitions into `state` as they commit, from now or from `resume_from`."""
+        return state_watch(self.settings, self.topics, state, machine, resume_from, self.timeout)
 
     def close(self, timeout: float | None = None) -> None:
         """Deliver what was sent (within `timeout`), then stop following outcomes."""

@@ -12,10 +12,13 @@ from processor.client.core import Deadline, Outcome, ProposalRecord, duplicate_o
 from processor.client.errors import Rejected, Timeout
 from processor.client.sync import RunstateClient
 from processor.client.waiter import OutcomeWaiter
+from processor.client.watch import AsyncWatch, Position, Watch
 from processor.kafka.config import KafkaSettings
 from processor.records.outputs import Headers
 from processor.trust.keyring import SigningKey
 from schemas.messages import RunSnapshot, Transition
+
+from .watches import AsyncLogWatch, run_log_watch, state_log_watch
 
 if TYPE_CHECKING:
     from .environment import RunstateEnvironment
@@ -78,6 +81,16 @@ class AsyncTestClient(AsyncRunstateClient):
     async def history(self, run_id: str) -> list[Transition]:
         return self._env.history(run_id)
 
+    def watch(
+        self, run_id: str, *, resume_from: Position | None = None, since_ms: int | None = None
+    ) -> AsyncWatch:
+        return AsyncLogWatch(self._env, run_log_watch(self._env, run_id, resume_from, since_ms))
+
+    def watch_state(
+        self, state: str, *, machine: str | None = None, resume_from: Position | None = None
+    ) -> AsyncWatch:
+        return AsyncLogWatch(self._env, state_log_watch(self._env, state, machine, resume_from))
+
     async def flush(self, timeout: float | None = None) -> None:
         return None
 
@@ -132,6 +145,16 @@ class TestClient(RunstateClient):
 
     def history(self, run_id: str) -> list[Transition]:
         return self._env.history(run_id)
+
+    def watch(
+        self, run_id: str, *, resume_from: Position | None = None, since_ms: int | None = None
+    ) -> Watch:
+        return run_log_watch(self._env, run_id, resume_from, since_ms)
+
+    def watch_state(
+        self, state: str, *, machine: str | None = None, resume_from: Position | None = None
+    ) -> Watch:
+        return state_log_watch(self._env, state, machine, resume_from)
 
     def flush(self, timeout: float | None = None) -> None:
         return None

@@ -10,6 +10,7 @@ the way, each at its due time, through the workers' punctuator (its proposals si
 with the workers' key and decided like any other).
 """
 
+import asyncio
 import json
 import time
 from collections import deque
@@ -58,6 +59,10 @@ class RunstateEnvironment:
         #: Alerts raised, oldest first; records the workers would send to the DLQ.
         self.alerts: list[Alert] = []
         self.dead_letters: list[str] = []
+        #: Every transition committed, in commit order (what the watches read).
+        self.log: list[Transition] = []
+        #: Async watches waiting for the next commit.
+        self.waiting: list[asyncio.Event] = []
         self._runs = RunsInMemory()
         self._histories: dict[str, list[Transition]] = {}
         self._fired: dict[str, Fired] = {}
@@ -167,6 +172,7 @@ class RunstateEnvironment:
             if isinstance(outcome, Commit):
                 transition = outcome.transition
                 self._histories.setdefault(transition.run_id, []).append(transition)
+                self.log.append(transition)
                 self._answers[transition.proposal_id] = transition
                 sends = outcome.sends
             elif isinstance(outcome, Forget):
@@ -189,6 +195,9 @@ class RunstateEnvironment:
                 sends = ()
             for proposal in sends:
                 queue.append(self._punctuator.relay(proposal, self.now_ms, 1))
+        waiting, self.waiting = self.waiting, []
+        for committed in waiting:
+            committed.set()
 
     def _dead_letter(self, record: OutputRecord, outcome: DeadLetterReason) -> None:
         self.dead_letters.append(outcome.reason)

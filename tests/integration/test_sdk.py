@@ -14,6 +14,7 @@ from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 
 from processor.client import (
     AsyncRunstateClient,
+    AsyncWatch,
     KafkaSettings,
     NotAwaited,
     OutcomeWaiter,
@@ -339,5 +340,73 @@ def test_a_step_in_the_blocking_client(served: tuple[Env, WorkerProcess]) -> Non
         assert calls == [1]
         done = client.propose_and_wait(run_id, "complete", raise_on_rejection=True)
         assert isinstance(done, Transition) and done.to_state == "done"
+    finally:
+        client.close()
+
+
+def test_watching_a_run_and_a_state_resumes_where_it_left_off(
+    served: tuple[Env, WorkerProcess],
+) -> None:
+    """A run's watch sees its transitions in order, from its first; stopped and resumed
+    from its position, it sees the later ones only, none twice. A state's watch sees
+    the runs entering that state from when it starts."""
+    env, _ = served
+
+    async def take(watch: AsyncWatch, count: int) -> list[Transition]:
+        seen: list[Transition] = []
+        async for transition in watch:
+            seen.append(transition)
+            if len(seen) == count:
+                break
+        return seen
+
+    async def main() -> None:
+        async with _async_client(env) as client:
+            run_id, other = _run("watched"), _run("other")
+            paused = client.watch_state("paused", machine=M)
+            entering = asyncio.create_task(take(paused, 2))
+
+            async def positioned() -> None:  # the state's watch starts before runs change
+                while not paused.position:
+                    await asyncio.sleep(0.05)
+
+            await asyncio.wait_for(positioned(), 30)
+            for run in (run_id, other):
+                await client.create_and_wait(run, M, raise_on_rejection=True)
+                await client.propose_and_wait(run, "start", raise_on_rejection=True)
+            watch = client.watch(run_id)
+            first = await take(watch, 2)
+            assert [(t.revision, t.to_state) for t in first] == [(0, "planned"), (1, "running")]
+            position = dict(watch.position)
+            await watch.close()
+            for run in (run_id, other):
+                await client.propose_and_wait(run, "pause_for_approval", raise_on_rejection=True)
+            resumed = client.watch(run_id, resume_from=position)
+            later = await asyncio.wait_for(take(resumed, 1), 30)
+            assert [(t.revision, t.to_state) for t in later] == [(2, "paused")]
+            await resumed.close()
+            into = await asyncio.wait_for(entering, 30)
+            assert sorted(t.run_id for t in into) == sorted([run_id, other])
+            assert all(t.to_state == "paused" for t in into)
+            await paused.close()
+
+    asyncio.run(main())
+
+
+def test_watching_in_the_blocking_client(served: tuple[Env, WorkerProcess]) -> None:
+    env, _ = served
+    client = env.client()
+    run_id = _run("watched-sync")
+    try:
+        client.create_and_wait(run_id, M, raise_on_rejection=True)
+        client.propose_and_wait(run_id, "start", raise_on_rejection=True)
+        seen: list[str] = []
+        deadline = time.monotonic() + 30
+        with client.watch(run_id) as watch:
+            while len(seen) < 2 and time.monotonic() < deadline:
+                found = watch.poll()
+                if found is not None:
+                    seen.append(found.to_state)
+        assert seen == ["planned", "running"]
     finally:
         client.close()

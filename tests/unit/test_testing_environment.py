@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from processor.client import Rejected, RejectionCode, Transition
+from processor.client import AsyncWatch, Rejected, RejectionCode, Transition
 from processor.testing import RunstateEnvironment
 
 pytestmark = pytest.mark.unit
@@ -106,3 +106,39 @@ def test_a_record_that_is_no_proposal_says_why() -> None:
         env.advance_blocking(seconds=-1)
     with pytest.raises(ValueError, match="no key 'nobody' here"):
         env.client("nobody")
+
+
+def test_watches_see_commits_in_order_and_resume() -> None:
+    async def main() -> None:
+        env = RunstateEnvironment()
+        agent = env.client()
+        paused = agent.watch_state("paused")
+
+        async def first(watch: AsyncWatch, count: int) -> list[Transition]:
+            seen: list[Transition] = []
+            async for transition in watch:
+                seen.append(transition)
+                if len(seen) == count:
+                    return seen
+            return seen
+
+        entering = asyncio.create_task(first(paused, 1))
+        run = agent.watch("w1")
+        following = asyncio.create_task(first(run, 3))
+        await asyncio.sleep(0)  # both watchers wait for commits
+        await agent.create_and_wait("w1", M, raise_on_rejection=True)
+        await agent.propose_and_wait("w1", "start", raise_on_rejection=True)
+        await agent.propose_and_wait("w1", "pause_for_approval", raise_on_rejection=True)
+        seen = await asyncio.wait_for(following, 5)
+        assert [t.to_state for t in seen] == ["planned", "running", "paused"]
+        assert [t.run_id for t in await asyncio.wait_for(entering, 5)] == ["w1"]
+        await env.advance(hours=1)  # the approval times out
+        later = await asyncio.wait_for(first(agent.watch("w1", resume_from=run.position), 1), 5)
+        assert [t.to_state for t in later] == ["failed"]
+
+    asyncio.run(main())
+    env = RunstateEnvironment()
+    client = env.blocking_client()
+    client.create_and_wait("w2", M, raise_on_rejection=True)
+    client.propose_and_wait("w2", "start", raise_on_rejection=True)
+    assert [t.to_state for t in client.watch("w2")] == ["planned", "running"]
