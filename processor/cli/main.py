@@ -67,8 +67,8 @@ def missing_from_extra(extra: str) -> list[str]:
 
 
 def needs_extra(name: str, extra: str, missing: list[str]) -> click.Command:
-    """A stand-in for command `name`: says which extra to install, exits 2, ignores its
-    arguments (--help included: the real help is not here to show)."""
+    """A stand-in for command `name`: says which extra to install and exits 2; asked for
+    --help, says the same as its help and exits 0 (the real help is not here to show)."""
     lacking = f" ({', '.join(missing)} not installed)" if missing else ""
     message = (
         f"`runstate {name}` needs the {extra} extra, which this install leaves out{lacking}; "
@@ -84,6 +84,9 @@ def needs_extra(name: str, extra: str, missing: list[str]) -> click.Command:
     )
     @click.pass_context
     def stand_in(ctx: click.Context) -> None:
+        if {"-h", "--help"} & set(ctx.args):
+            click.echo(message)
+            ctx.exit(0)
         click.echo(f"Error: {message}", err=True)
         ctx.exit(2)
 

@@ -88,6 +88,9 @@ def test_light_commands_run_and_worker_commands_name_the_extra(
         shown = _run(light_venv, "runstate", command, "--help", cwd=tmp_path)
         assert shown.returncode == 0, f"runstate {command} --help: {shown.stderr}"
     for command in ("worker", "demo", "replay"):
-        refused = _run(light_venv, "runstate", command, "--help", cwd=tmp_path)
+        helped = _run(light_venv, "runstate", command, "--help", cwd=tmp_path)
+        assert helped.returncode == 0, helped.stdout + helped.stderr  # help is no error
+        assert "pip install 'runstate[worker]'" in helped.stdout
+        refused = _run(light_venv, "runstate", command, cwd=tmp_path)
         assert refused.returncode == 2, refused.stdout + refused.stderr
         assert "pip install 'runstate[worker]'" in refused.stderr
