@@ -24,8 +24,9 @@ from processor.kafka.config import KafkaSettings
 from processor.kafka.topics import TopicNames
 from schemas.messages import Transition
 
-#: Told how far the export is: (records read, records it will read in all).
-Progress = Callable[[int, int], None]
+#: Told how far the export is: (records exported, offsets read, offsets to read in all).
+#: Offsets count transaction markers too, so they measure the way, records the work.
+Progress = Callable[[int, int, int], None]
 
 
 @dataclass
@@ -87,9 +88,9 @@ def export(
                 else:
                     writers["rejections"].add(rejection_row(partition, offset, record))
                 if progress is not None and n % 1000 == 0:
-                    progress(total - reader.remaining(), total)
+                    progress(n, total - reader.remaining(), total)
             if progress is not None:
-                progress(total, total)
+                progress(sum(w.rows for w in writers.values()), total, total)
             files = {kind: w.close() for kind, w in writers.items()}
             positions = reader.positions()
     except BaseException:

@@ -55,10 +55,11 @@ def export(out: Path, offsets_file: Path | None, rejections: bool, kafka: KafkaC
     console = Console(stderr=True)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
-        task = progress.add_task("Exporting records", total=None)
+        task = progress.add_task("Exporting: 0 records; offsets read", total=None)
 
-        def shown(done: int, total: int) -> None:
-            progress.update(task, completed=done, total=total)
+        def shown(records: int, read: int, total: int) -> None:
+            described = f"Exporting: {records:,} records; offsets read"
+            progress.update(task, description=described, completed=read, total=total)
 
         try:
             exported = export_new(settings, kafka.topics, out, offsets_file, rejections, shown)
