@@ -19,8 +19,10 @@ GET /runs?state=S[&machine=M][&limit=N][&after=CURSOR]
                              (local=1: this worker's partitions only)
 GET /stats                   runs per machine and state across the cluster, and the
                              oldest entry in each (local=1: this worker's only)
-GET /inspect?run=<run_id>    the run inspector page (HTML); redirects to the owner when it
-                             is a configured peer
+GET /inspect                 the inspector (HTML): the runs by machine and state across
+                             the cluster; ?state=S[&machine=M] their runs; ?run=<run_id>
+                             a run's page (redirected to its owner when that is a
+                             configured peer)
 GET /runs/<run_id>           the run's committed snapshot (404 unknown); a run owned
                              elsewhere is asked of its owner when that is a configured
                              peer (run_reads.py), else 421 naming it
@@ -43,8 +45,9 @@ from processor.serving.answers import JSON, Answer, json_answer
 from processor.serving.catch_up import MAX_WAITING_READS
 from processor.serving.cluster_reads import runs_in_state, state_stats
 from processor.serving.node import Node, RunRecord
+from processor.serving.overview import overview
 from processor.serving.probes import livez, readyz
-from processor.serving.run_reads import inspector_page, read_run
+from processor.serving.run_reads import read_run
 from processor.trust import http_auth
 
 # A runtime needs this module only: it implements `Node` (each run as a `RunRecord`),
@@ -71,7 +74,7 @@ def answer(node: Node, path: str, query: str, authorization: str | None = None) 
     if parts == ["stats"]:
         return state_stats(node, params)
     if parts == ["inspect"] or parts == [""]:
-        return inspector_page(node, params.get("run", "").strip())
+        return overview(node, params)
     if parts == ["health"]:
         return json_answer(200, node.health())
     if parts == ["livez"]:

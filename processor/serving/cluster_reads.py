@@ -17,16 +17,28 @@ log = logging.getLogger("runstate.http")
 def runs_in_state(node: Node, params: dict[str, str]) -> Answer:
     if (fenced := wait_for_fence(node)) is not None:
         return fenced
-    state = params.get("state")
     try:
-        if not state:
-            raise ValueError("give a state: /runs?state=paused[&machine=...]")
-        limit = int(params.get("limit", "100"))
-        if not 1 <= limit <= 1000:
-            raise ValueError("limit must be 1 to 1000")
-        after = peers.parse_cursor(params.get("after"))
+        found = runs_across(node, params)
     except ValueError as exc:
         return json_answer(400, {"error": str(exc)})
+    if isinstance(found, Answer):
+        return found
+    runs, cursor, missing = found
+    return json_answer(200, {"runs": runs, "next": cursor, "missing_partitions": missing})
+
+
+def runs_across(
+    node: Node, params: dict[str, str]
+) -> Answer | tuple[list[dict[str, Any]], str | None, list[int]]:
+    """The runs in `params`' state across the cluster, a page of them (or, with local=1,
+    this worker's part as the answer); ValueError for parameters that are no query."""
+    state = params.get("state")
+    if not state:
+        raise ValueError("give a state: /runs?state=paused[&machine=...]")
+    limit = int(params.get("limit", "100"))
+    if not 1 <= limit <= 1000:
+        raise ValueError("limit must be 1 to 1000")
+    after = peers.parse_cursor(params.get("after"))
     now_ms = int(time.time() * 1000)
     local = [
         {
@@ -42,20 +54,29 @@ def runs_in_state(node: Node, params: dict[str, str]) -> Answer:
         return json_answer(200, {"items": local, "partitions": node.owned()})
     pages, missing = _cluster(node, "/runs", params, local)
     runs, cursor = peers.merge_runs(pages, limit)
-    return json_answer(200, {"runs": runs, "next": cursor, "missing_partitions": missing})
+    return runs, cursor, missing
 
 
 def state_stats(node: Node, params: dict[str, str]) -> Answer:
     if (fenced := wait_for_fence(node)) is not None:
         return fenced
-    local = [
+    if params.get("local") == "1":
+        return json_answer(200, {"items": _local_stats(node), "partitions": node.owned()})
+    states, missing = stats_across(node, params)
+    return json_answer(200, {"states": states, "missing_partitions": missing})
+
+
+def _local_stats(node: Node) -> list[dict[str, Any]]:
+    return [
         {"machine": m, "state": s, "runs": n, "oldest_entered_ms": oldest}
         for m, s, n, oldest in node.local_stats()
     ]
-    if params.get("local") == "1":
-        return json_answer(200, {"items": local, "partitions": node.owned()})
-    pages, missing = _cluster(node, "/stats", params, local)
-    return json_answer(200, {"states": peers.merge_stats(pages), "missing_partitions": missing})
+
+
+def stats_across(node: Node, params: dict[str, str]) -> tuple[list[dict[str, Any]], list[int]]:
+    """Runs per machine and state across the cluster, and the partitions missing."""
+    pages, missing = _cluster(node, "/stats", params, _local_stats(node))
+    return peers.merge_stats(pages), missing
 
 
 def _cluster(

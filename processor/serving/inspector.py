@@ -1,4 +1,7 @@
-"""The run inspector: one server-rendered HTML page per run (GET /inspect?run=<run_id>).
+"""The run inspector: server-rendered HTML. Its landing page (GET /inspect) counts the
+runs of every machine by state across the cluster; a state's page (GET
+/inspect?state=S[&machine=M]) lists its runs, longest there first; a run's page (GET
+/inspect?run=<run_id>) shows the run.
 
 The run's machine is drawn as a state diagram (states in columns by their distance from
 the initial state), with the path the run took and the state it is in now; below it,
@@ -6,9 +9,12 @@ the transition timeline (who proposed what, when, and the refusals, where the ru
 keeps them: the Faust runtime does not), the step ledger and the deadlines. Pure: data
 in, HTML out; no script, no external assets (the page works where no CDN is reachable)."""
 
+import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from html import escape
+from typing import Any
+from urllib.parse import urlencode
 
 from processor.engine import Machine
 from processor.times import duration
@@ -173,7 +179,10 @@ def _timeline(history: Sequence[Transition], refusals: Sequence[Rejection]) -> s
 
 
 def _outcome(error: str | None, result: object) -> str:
-    return error if error else ("" if result is None else str(result))
+    """An error as written, a result as JSON (what the wire holds, not Python's repr)."""
+    if error:
+        return error
+    return "" if result is None else json.dumps(result, ensure_ascii=False)
 
 
 def _steps(snapshot: RunSnapshot) -> str:
@@ -206,6 +215,89 @@ def _deadlines(snapshot: RunSnapshot, now_ms: int) -> str:
     )
 
 
+def _head(title: str, run_id: str = "") -> str:
+    return (
+        "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        f"<title>runstate: {escape(title)}</title><style>{_STYLE}</style></head>"
+        '<body><nav><a href="/inspect">all runs</a></nav>'
+        '<form method="get" action="/inspect"><label>Run <input name="run" '
+        f'value="{escape(run_id)}" placeholder="run id" autofocus></label> '
+        "<button>Inspect</button></form>"
+    )
+
+
+def _missing(missing: Sequence[int]) -> str:
+    if not missing:
+        return ""
+    return (
+        f'<p id="missing" class="muted">Partitions {list(missing)} did not answer (their '
+        "workers are down, rebalancing, or no configured peer): their runs are not counted."
+        "</p>"
+    )
+
+
+def landing(states: Sequence[dict[str, Any]], missing: Sequence[int], now_ms: int) -> str:
+    """Where the inspector starts: the runs of every machine by state, across the
+    cluster, how long the oldest has been there, each state a link to its runs."""
+    rows = []
+    for row in states:
+        machine, state, runs = row["machine"], row["state"], row["runs"]
+        oldest = row["oldest_entered_ms"]
+        link = f"/inspect?{urlencode({'state': state, 'machine': machine})}"
+        named = f'<a href="{escape(link)}">{escape(state)}</a>' if runs else escape(state)
+        waited = "" if oldest is None else _duration(max(0, now_ms - oldest))
+        rows.append(
+            f"<tr><td>{escape(machine)}</td><td>{named}</td><td>{runs:,}</td><td>{waited}</td></tr>"
+        )
+    table = (
+        '<table id="states"><tr><th>machine</th><th>state</th><th>runs</th>'
+        "<th>longest there</th></tr>" + "".join(rows) + "</table>"
+        if rows
+        else '<p class="muted">No runs yet.</p>'
+    )
+    return _head("runs") + "<h1>Runs by state</h1>" + _missing(missing) + table + "</body></html>"
+
+
+def state_runs(
+    machine: str | None,
+    state: str,
+    runs: Sequence[dict[str, Any]],
+    cursor: str | None,
+    missing: Sequence[int],
+    problem: str | None = None,
+) -> str:
+    """The runs in `state` (of `machine`), longest there first, each a link to its page;
+    or the `problem` with the query."""
+    rows = "".join(
+        f'<tr><td><a href="/inspect?{escape(urlencode({"run": r["run_id"]}))}">'
+        f"{escape(r['run_id'])}</a></td><td>{escape(r['machine'])}</td>"
+        f"<td>{_time(r['entered_state_at_ms'])}</td>"
+        f"<td>{_duration(r['time_in_state_ms'])}</td></tr>"
+        for r in runs
+    )
+    title = f"{machine + ': ' if machine else ''}{state}"
+    more = ""
+    if cursor is not None:
+        query = {"state": state, "after": cursor, **({"machine": machine} if machine else {})}
+        more = f'<p><a id="more" href="/inspect?{escape(urlencode(query))}">more</a></p>'
+    table = (
+        '<table id="runs"><tr><th>run</th><th>machine</th><th>entered (UTC)</th>'
+        "<th>there for</th></tr>" + rows + "</table>"
+        if rows
+        else '<p class="muted">No runs in this state.</p>'
+    )
+    if problem is not None:
+        table, more = f'<p id="problem">{escape(problem)}</p>', ""
+    return (
+        _head(title)
+        + f"<h1>Runs in {escape(title)}</h1>"
+        + _missing(missing)
+        + table
+        + more
+        + "</body></html>"
+    )
+
+
 def page(
     run_id: str,
     machine: Machine | None,
@@ -215,17 +307,9 @@ def page(
     now_ms: int,
     problem: str | None = None,
 ) -> str:
-    """The inspector page for `run_id` (a search box alone when it is empty); `refusals`
-    None: this worker keeps none, and the page says so."""
-    head = (
-        "<!doctype html><html lang=en><head><meta charset=utf-8>"
-        f"<title>runstate: {escape(run_id) or 'inspector'}</title><style>{_STYLE}</style></head>"
-        '<body><form method="get" action="/inspect"><label>Run <input name="run" '
-        f'value="{escape(run_id)}" placeholder="run id" autofocus></label> '
-        "<button>Inspect</button></form>"
-    )
-    if not run_id:
-        return head + "</body></html>"
+    """The inspector page for `run_id`; `refusals` None: this worker keeps none, and
+    the page says so."""
+    head = _head(run_id or "inspector", run_id)
     if problem is not None or snapshot is None or machine is None:
         why = problem or f"No run '{run_id}'."
         return head + f'<p id="problem">{escape(why)}</p></body></html>'

@@ -83,8 +83,6 @@ def _from_owner(
 
 def inspector_page(node: Node, run_id: str) -> Answer:
     now_ms = int(time.time() * 1000)
-    if not run_id:
-        return html_answer(200, inspector.page("", None, None, [], [], now_ms))
     partition = _partition(node, run_id)
     if partition in node.owned() and (fenced := wait_for_fence(node)) is not None:  # read it fresh
         return fenced

@@ -1,6 +1,7 @@
 """The run inspector in a real browser: headless Chromium (Debian's chromium and
-chromium-driver, driven by Selenium) opens the page of a run the demo drove, finds its
-current state highlighted in the diagram and every transition in the timeline, and
+chromium-driver, driven by Selenium) goes from the landing page (runs by state) through
+the run's state to the page of a run the demo drove, finds its current state
+highlighted in the diagram and every transition in the timeline, and
 saves a screenshot (kept under the test's tmp dir, path printed). The worker has an HTTP
 token, which the browser sends as HTTP Basic's password (from the URL's credentials, as
 its own prompt would)."""
@@ -54,7 +55,14 @@ def test_inspector_shows_a_demo_run_in_chromium(env: Env, runtime: str) -> None:
         try:
             # Chromium sends the URL's credentials only when asked (a 401 naming Basic)
             signed_in = worker.url.replace("http://", f"http://anyone:{TOKEN}@")
-            chrome.get(f"{signed_in}/inspect?run={urllib.parse.quote(run_id)}")
+            # From the landing page: the run's state among the machine's, then the run.
+            chrome.get(f"{signed_in}/inspect")
+            query = urllib.parse.urlencode({"state": snapshot.state, "machine": snapshot.machine})
+            chrome.find_element(By.CSS_SELECTOR, f'#states a[href="/inspect?{query}"]').click()
+            chrome.find_element(By.LINK_TEXT, run_id).click()
+            assert chrome.current_url.endswith(
+                f"/inspect?{urllib.parse.urlencode({'run': run_id})}"
+            )
             current = chrome.find_elements(By.CSS_SELECTOR, "svg g.state.current")
             assert [c.get_attribute("data-state") for c in current] == [snapshot.state]
             fill = chrome.execute_script(

@@ -407,8 +407,9 @@ def test_faust_probes_and_inspector(env: Env) -> None:
         assert page.count('<tr class="transition"') == 3  # read from the transitions topic
         assert 'id="no-refusals"' in page and '<tr class="refused"' not in page
         assert _status(worker.url + "/inspect?run=nobody")[0] == 404
-        status, body, _ = _status(worker.url + "/")  # the search box, not Faust's index
-        assert status == 200 and b'name="run"' in body
+        status, body, _ = _status(worker.url + "/")  # the landing page, not Faust's index
+        assert status == 200 and b'name="run"' in body and b'id="states"' in body
+        assert b'href="/inspect?state=paused&amp;machine=task_lifecycle"' in body
         assert _status(worker.url + "/router")[0] == 404  # Faust's own pages are not served
     finally:
         client.close()

@@ -3,7 +3,7 @@
 import re
 
 from processor.machines import builtin_machines
-from processor.serving.inspector import page
+from processor.serving.inspector import landing, page, state_runs
 from tests.unit.driver import APPROVER, Driver
 
 
@@ -30,8 +30,45 @@ def test_page_draws_the_machine_with_the_path_taken_and_the_current_state() -> N
     assert 'id="deadlines"' in html  # running arms the running-too-long alert
 
 
-def test_page_without_a_run_is_a_search_box() -> None:
-    html = page("", None, None, [], [], 0)
-    assert '<input name="run"' in html and "<svg" not in html
+def test_a_run_not_there_is_said() -> None:
     missing = page("nope", None, None, [], [], 0)
-    assert "No run &#x27;nope&#x27;" in missing
+    assert "No run &#x27;nope&#x27;" in missing and '<input name="run"' in missing
+
+
+def test_the_landing_page_counts_runs_by_state_and_links_each_state() -> None:
+    states = [
+        {"machine": "m", "state": "paused", "runs": 3, "oldest_entered_ms": 1_000},
+        {"machine": "m", "state": "done <b>", "runs": 0, "oldest_entered_ms": None},
+    ]
+    html = landing(states, [2], 61_000)
+    assert '<a href="/inspect?state=paused&amp;machine=m">paused</a>' in html
+    assert "<td>3</td><td>1m 00s</td>" in html
+    assert "done &lt;b&gt;" in html and "state=done" not in html  # no runs: no link
+    assert 'id="missing"' in html and "[2]" in html
+    assert "No runs yet." in landing([], [], 0)
+
+
+def test_a_states_page_lists_its_runs_with_links_and_the_next_page() -> None:
+    runs = [
+        {
+            "run_id": "a/b <c>",
+            "machine": "m",
+            "state": "paused",
+            "entered_state_at_ms": 0,
+            "time_in_state_ms": 5_000,
+        }
+    ]
+    html = state_runs("m", "paused", runs, "0:a/b <c>", [])
+    assert '<a href="/inspect?run=a%2Fb+%3Cc%3E">a/b &lt;c&gt;</a>' in html
+    assert (
+        'id="more" href="/inspect?state=paused&amp;after=0%3Aa%2Fb+%3Cc%3E&amp;machine=m"' in html
+    )
+    refused = state_runs(None, "paused", [], None, [], "limit must be 1 to 1000")
+    assert 'id="problem">limit must be 1 to 1000<' in refused
+
+
+def test_step_results_show_as_json() -> None:
+    from processor.serving.inspector import _outcome
+
+    assert _outcome(None, {"ok": True, "n": None}) == '{"ok": true, "n": null}'
+    assert _outcome("boom", None) == "boom" and _outcome(None, None) == ""

@@ -1,0 +1,40 @@
+"""The inspector's pages (GET /inspect, and / too): with ?run= a run's page
+(run_reads.py); with ?state= the runs in that state; else the landing page, the runs of
+every machine by state. Both lists are the cluster's (cluster_reads.py)."""
+
+import time
+
+from processor.serving import inspector
+from processor.serving.answers import Answer, html_answer
+from processor.serving.catch_up import wait_for_fence
+from processor.serving.cluster_reads import runs_across, stats_across
+from processor.serving.node import Node
+from processor.serving.run_reads import inspector_page
+
+#: Runs a state's page lists at once (a link leads to the next).
+PAGE = 50
+
+
+def overview(node: Node, params: dict[str, str]) -> Answer:
+    run_id = params.get("run", "").strip()
+    if run_id:
+        return inspector_page(node, run_id)
+    if (fenced := wait_for_fence(node)) is not None:
+        return fenced
+    state = params.get("state", "").strip()
+    if not state:
+        states, missing = stats_across(node, {})
+        return html_answer(200, inspector.landing(states, missing, int(time.time() * 1000)))
+    machine = params.get("machine") or None
+    query = {"state": state, "limit": str(PAGE)}
+    for name, value in (("machine", machine), ("after", params.get("after"))):
+        if value:
+            query[name] = value
+    try:
+        found = runs_across(node, query)
+    except ValueError as exc:
+        return html_answer(400, inspector.state_runs(machine, state, [], None, [], str(exc)))
+    if isinstance(found, Answer):  # (a local=1 query: not this page's)
+        return found
+    runs, cursor, missing = found
+    return html_answer(200, inspector.state_runs(machine, state, runs, cursor, missing))
