@@ -20,16 +20,16 @@ step still executing from an earlier attempt is refused `step_in_progress`: `Rej
 
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from schemas.codes import RejectionCode
 from schemas.messages import Rejection, Transition
 
 from .errors import Rejected
 
-if TYPE_CHECKING:
-    from .aio import AsyncRunstateClient
-    from .sync import RunstateClient
+if TYPE_CHECKING:  # (named in quotes below: ruff does not see those uses)
+    from .aio import AsyncRunstateClient  # noqa: F401
+    from .sync import RunstateClient  # noqa: F401
 
 #: What a step's action returns: JSON (a stored result comes back as JSON reads it).
 T = TypeVar("T")
@@ -38,11 +38,25 @@ T = TypeVar("T")
 MAX_ERROR_CHARS = 4096
 
 
-class _Step:
+#: The client a step proposes through (either).
+ClientT = TypeVar("ClientT")
+
+
+class _Step(Generic[ClientT]):
     """What a step knows, in either client: its names, and once started whether it had
     succeeded before (`done`) and its result."""
 
-    def __init__(self, run_id: str, name: str, key: str, call_id: str | None) -> None:
+    def __init__(
+        self,
+        client: ClientT,
+        run_id: str,
+        name: str,
+        key: str,
+        call_id: str | None,
+        timeout: float | None,
+    ) -> None:
+        self._client: ClientT = client
+        self._timeout = timeout
         self.run_id = run_id
         self.name = name
         self.key = key
@@ -76,21 +90,8 @@ class _Step:
         return "step_succeeded", {"step": self.name, "result": self.result, "call_id": self.call_id}
 
 
-class AsyncStep(_Step):
+class AsyncStep(_Step["AsyncRunstateClient"]):
     """`async with client.step(...)`: see the module."""
-
-    def __init__(
-        self,
-        client: "AsyncRunstateClient",
-        run_id: str,
-        name: str,
-        key: str,
-        call_id: str | None,
-        timeout: float | None,
-    ) -> None:
-        super().__init__(run_id, name, key, call_id)
-        self._client = client
-        self._timeout = timeout
 
     async def __aenter__(self) -> "AsyncStep":
         started = await self._client.propose_and_wait(
@@ -113,21 +114,8 @@ class AsyncStep(_Step):
             )
 
 
-class Step(_Step):
+class Step(_Step["RunstateClient"]):
     """`with client.step(...)`: the blocking client's twin of `AsyncStep`."""
-
-    def __init__(
-        self,
-        client: "RunstateClient",
-        run_id: str,
-        name: str,
-        key: str,
-        call_id: str | None,
-        timeout: float | None,
-    ) -> None:
-        super().__init__(run_id, name, key, call_id)
-        self._client = client
-        self._timeout = timeout
 
     def __enter__(self) -> "Step":
         started = self._client.propose_and_wait(
