@@ -22,6 +22,7 @@ from processor.cli.options import (
 )
 from processor.client import (
     InvalidArgument,
+    NotFound,
     OutcomeTimeout,
     RunReader,
     RunstateClient,
@@ -76,14 +77,14 @@ def _client(
 def _finish(client: RunstateClient, proposal_id: str, wait: bool, timeout: float) -> None:
     try:
         client.flush(timeout)
-    except Unavailable as exc:
+    except (NotFound, Unavailable) as exc:
         raise click.ClickException(str(exc)) from exc
     if not wait:
         click.echo(json.dumps({"proposal_id": proposal_id}))
         return
     try:
         outcome = client.wait(proposal_id, timeout)
-    except (OutcomeTimeout, Unavailable) as exc:
+    except (NotFound, OutcomeTimeout, Unavailable) as exc:
         raise click.ClickException(str(exc)) from exc
     finally:
         client.close()
@@ -137,7 +138,7 @@ def create(
     except InvalidArgument as exc:
         client.close()
         raise click.UsageError(str(exc)) from None
-    except Unavailable as exc:
+    except (NotFound, Unavailable) as exc:
         raise click.ClickException(str(exc)) from exc
     _finish(client, pid, wait, timeout)
 
@@ -190,7 +191,7 @@ def propose(
     except InvalidArgument as exc:
         client.close()
         raise click.UsageError(str(exc)) from None
-    except Unavailable as exc:
+    except (NotFound, Unavailable) as exc:
         raise click.ClickException(str(exc)) from exc
     _finish(client, pid, wait, timeout)
 
