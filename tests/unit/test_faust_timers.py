@@ -112,9 +112,9 @@ def test_punctuator_over_the_table_marks_each_timer_once() -> None:
 def test_a_run_whose_snapshot_cannot_be_read_does_not_stop_the_others(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Found by review: a stored snapshot that raised on reading (nested past the parser's
-    limit) crashed the punctuator on every tick, so the worker restarted in a loop. Now
-    that run's timers are skipped and said once; the others fire."""
+    """A stored snapshot that raises on reading (nested past the parser's limit) must
+    not crash the punctuator on every tick (the worker would restart in a loop): that
+    run's timers are skipped and said once; the others fire."""
     table = Table()
     for run_id in ("bad", "good"):
         table.write(2, snapshot(run_id, 4, ("approval", 100)))

@@ -725,11 +725,11 @@ def test_a_number_json_has_not_is_refused_never_committed_as_null(
 @pytest.mark.parametrize("depth", [63, 64, 65, 150, 196, 197, 198, 199, 200, 260, 50_000])
 @pytest.mark.parametrize("shape", ["[", '{"k":'])
 def test_what_commits_reads_back_however_deep(depth: int, shape: str) -> None:
-    """Found by review: a step result nested about 199 levels committed, but the run's
-    snapshot (the result a few levels deeper) passed the parser's recursion limit, and
-    every later read of it raised (a worker restarting into its timers crashed in a
-    loop). Payload and metadata nest at most 64 levels: deeper is refused
-    schema_invalid, far deeper goes to the DLQ; whatever commits reads back."""
+    """A run's snapshot holds a step's result a few levels deeper than the proposal
+    did, and a parser with a recursion limit (ours stops near 200) must read every
+    snapshot back, or a worker restarting into its timers would crash on it in a loop.
+    Payload and metadata nest at most 64 levels: deeper is refused schema_invalid, far
+    deeper goes to the DLQ; whatever commits reads back."""
     close = "]" if shape == "[" else "}"
     inner = (shape * depth + "1" + close * depth).encode()
     body = b'{"run_id":"r","proposal_id":"q","event":"step_succeeded","payload":{"step":"s",'

@@ -178,10 +178,9 @@ def test_verify_reports_a_run_with_chains_in_two_partitions() -> None:
 
 
 def test_verify_follows_a_run_forgotten_and_created_again() -> None:
-    """Found by review: verify counted only commits, so a retention `forget` (a
-    transition too) was reported as differing, and the run id's new chain after it as
-    broken; and every creation of a run id was decided again by its last creation's
-    machine version. A run forgotten, then created again under a newer version, checks
+    """Verify counts a retention `forget` as the transition it is, starts the run id's
+    chain again after it, and decides each creation of a run id by that creation's own
+    machine version: a run forgotten, then created again under a newer version, checks
     clean; a break in the new chain is still found."""
     source = builtin_source("run_state").replace("name: run_state", "name: short")
     v1 = parse_machine(source + "\nretention_ms: 5000\n", "short.yaml")

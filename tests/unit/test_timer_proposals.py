@@ -45,9 +45,10 @@ def _fire(run: Driver, name: str) -> Any:
 
 
 def test_a_deadline_id_sent_first_by_another_is_refused_and_the_deadline_still_fires() -> None:
-    """Found by review: a tool that sent its proposal with the id of a deadline still to
-    be armed (the id is predictable) made that deadline a `duplicate`; the run stayed
-    overdue for ever, every later proposal refused deadline_passed."""
+    """A deadline's proposal id is predictable: a tool that sends a proposal under the
+    id of a deadline still to be armed is refused, and the deadline fires when due (it
+    is no `duplicate` of the tool's proposal, which would leave the run overdue for
+    ever, every later proposal refused deadline_passed)."""
     run = Driver()
     run.create("task_lifecycle", deadlines={"heartbeat_timeout_ms": 60_000})
     run.commit("start")
