@@ -16,6 +16,8 @@ The body raising an `Exception` records `step_failed` (the step may be started a
 a cancellation or an interrupt records nothing: the step stays executing, its outcome
 unknown, and a resume checks the outside world before settling it (docs/resume.md). A
 step still executing from an earlier attempt is refused `step_in_progress`: `Rejected`.
+A stored result the refusal could not carry (too large for its topic) is read from the
+run's snapshot (worker_urls=); NotServed when it cannot be: the body is not run again.
 """
 
 from collections.abc import Awaitable, Callable
@@ -23,9 +25,9 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from schemas.codes import RejectionCode
-from schemas.messages import Rejection, Transition
+from schemas.messages import Rejection, RunSnapshot, StepStatus, Transition
 
-from .errors import Rejected
+from .errors import NotServed, Rejected
 
 if TYPE_CHECKING:  # (named in quotes below: ruff does not see those uses)
     from .aio import AsyncRunstateClient  # noqa: F401
@@ -71,13 +73,27 @@ class _Step(Generic[ClientT]):
     def _started_payload(self) -> dict[str, Any]:
         return {"step": self.name, "idempotency_key": self.key, "call_id": self.call_id}
 
-    def _on_started(self, outcome: object) -> None:
+    def _on_started(self, outcome: object) -> bool:
+        """Take the answer to `step_started`; True when the stored result must be read
+        from the run (a refusal too large for its topic leaves it out)."""
         if isinstance(outcome, Rejection):
             if outcome.code is not RejectionCode.DUPLICATE_STEP:
                 raise Rejected(outcome)
             self.done, self.result = True, outcome.step_result
-        elif not isinstance(outcome, Transition):
+            return outcome.step_result is None  # None: stored as null, or left out
+        if not isinstance(outcome, Transition):
             raise TypeError(f"step_started answered with {type(outcome).__name__}")
+        return False
+
+    def _stored(self, snapshot: RunSnapshot | None) -> None:
+        """The stored result, from the run's snapshot: never a None taken for it."""
+        record = None if snapshot is None else snapshot.steps.get(self.name)
+        if record is None or record.status is not StepStatus.SUCCEEDED:
+            raise NotServed(
+                f"step '{self.name}' of run '{self.run_id}' succeeded before, and its "
+                "stored result could not be read from the run (worker_urls=): not run again"
+            )
+        self.result = record.result
 
     def _settled(self, error: BaseException | None) -> tuple[str, dict[str, Any]] | None:
         """The proposal that settles the step as the body ended: None when there is
@@ -97,7 +113,12 @@ class AsyncStep(_Step["AsyncRunstateClient"]):
         started = await self._client.propose_and_wait(
             self.run_id, "step_started", payload=self._started_payload(), timeout=self._timeout
         )
-        self._on_started(started)
+        if self._on_started(started):
+            try:
+                snapshot = await self._client.snapshot(self.run_id)
+            except (ValueError, LookupError, ConnectionError) as exc:
+                raise NotServed(f"{exc}: the stored result of step '{self.name}'") from exc
+            self._stored(snapshot)
         return self
 
     async def __aexit__(
@@ -121,7 +142,12 @@ class Step(_Step["RunstateClient"]):
         started = self._client.propose_and_wait(
             self.run_id, "step_started", payload=self._started_payload(), timeout=self._timeout
         )
-        self._on_started(started)
+        if self._on_started(started):
+            try:
+                snapshot = self._client.snapshot(self.run_id)
+            except (ValueError, LookupError, ConnectionError) as exc:
+                raise NotServed(f"{exc}: the stored result of step '{self.name}'") from exc
+            self._stored(snapshot)
         return self
 
     def __exit__(

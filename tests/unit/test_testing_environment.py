@@ -4,10 +4,18 @@ a clock, in milliseconds of real time and with no broker."""
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 
-from processor.client import AsyncWatch, Rejected, RejectionCode, Transition
+from processor.client import (
+    AsyncWatch,
+    NotServed,
+    Rejected,
+    Rejection,
+    RejectionCode,
+    Transition,
+)
 from processor.testing import RunstateEnvironment
 
 pytestmark = pytest.mark.unit
@@ -142,3 +150,32 @@ def test_watches_see_commits_in_order_and_resume() -> None:
     client.create_and_wait("w2", M, raise_on_rejection=True)
     client.propose_and_wait("w2", "start", raise_on_rejection=True)
     assert [t.to_state for t in client.watch("w2")] == ["planned", "running"]
+
+
+def test_a_stored_result_the_refusal_left_out_is_read_from_the_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A refusal too large for its topic leaves the step's stored result out: the step
+    reads it from the run, and never takes the missing result for None."""
+    env = RunstateEnvironment()
+    client = env.blocking_client()
+    client.create_and_wait("s1", M, raise_on_rejection=True)
+    client.propose_and_wait("s1", "start", raise_on_rejection=True)
+    assert client.run_step("s1", "charge", lambda: {"n": 1}, key="k") == {"n": 1}
+    answered = client.propose_and_wait
+
+    def cut(*args: Any, **kwargs: Any) -> Any:
+        outcome = answered(*args, **kwargs)
+        return outcome.evolved(step_result=None) if isinstance(outcome, Rejection) else outcome
+
+    monkeypatch.setattr(client, "propose_and_wait", cut)
+    never: list[int] = []
+    assert client.run_step("s1", "charge", lambda: never.append(1), key="k") == {"n": 1}
+
+    def unreadable(run_id: str) -> None:
+        raise ValueError("no worker URL given")
+
+    monkeypatch.setattr(client, "snapshot", unreadable)
+    with pytest.raises(NotServed, match="stored result of step 'charge'"):
+        client.run_step("s1", "charge", lambda: never.append(1), key="k")
+    assert never == []
