@@ -10,10 +10,18 @@ broker time), a state's watch at the end of every partition (what enters it from
 
 import asyncio
 import logging
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from types import TracebackType
 
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 from pydantic import ValidationError
 
 from processor.kafka.config import KafkaSettings
@@ -53,14 +61,36 @@ class Watch:
         partition or the end of every partition."""
         self._select = select
         self._topic = topics.transitions
+        self._settings = settings
+        # One poll at a time, and no close during one (an async watch polls in a thread
+        # that a cancelled task leaves running).
+        self._lock = threading.Lock()
+        self._closed = False
         self._consumer = Consumer(consumer_config(settings))
         try:
-            meta = self._consumer.list_topics(self._topic, timeout=timeout).topics.get(self._topic)
+            self.position: Position = self._start(run_id, resume_from, since_ms, timeout)
         except KafkaException as exc:
             self._consumer.close()
-            raise unavailable(settings, "reading topic metadata", timeout, exc) from exc
-        if meta is None or meta.error is not None or not meta.partitions:
+            raise unavailable(settings, "starting a watch", timeout, exc) from exc
+        except BaseException:
             self._consumer.close()
+            raise
+        self._consumer.assign(
+            [TopicPartition(self._topic, p, offset) for p, offset in self.position.items()]
+        )
+
+    def _start(
+        self,
+        run_id: str | None,
+        resume_from: Position | None,
+        since_ms: int | None,
+        timeout: float,
+    ) -> Position:
+        """Where each partition starts, as offsets: a position saved before the first
+        record still says where this watch began."""
+        consumer = self._consumer
+        meta = consumer.list_topics(self._topic, timeout=timeout).topics.get(self._topic)
+        if meta is None or meta.error is not None or not meta.partitions:
             raise NotFound(
                 f"topic '{self._topic}' does not exist: create the topics (runstate topics "
                 "create), or give the prefix they were created with"
@@ -75,26 +105,36 @@ class Watch:
             ]
         elif since_ms is not None:
             wanted = [TopicPartition(self._topic, p, since_ms) for p in partitions]
-            start = self._consumer.offsets_for_times(wanted, timeout=timeout)
-        # Where each partition starts, as offsets: a position saved before the first
-        # record still says where this watch began.
-        self.position: Position = {}
+            start = consumer.offsets_for_times(wanted, timeout=timeout)
+        position: Position = {}
         for tp in start:
-            low, high = self._consumer.get_watermark_offsets(
+            if tp.error is not None:
+                raise KafkaException(tp.error)
+            low, high = consumer.get_watermark_offsets(
                 TopicPartition(self._topic, tp.partition), timeout=timeout
             )
             offset = tp.offset
             if offset < 0:  # the start or the end, or no record since `since_ms`
                 offset = low if offset == OFFSET_BEGINNING else high
-            self.position[tp.partition] = offset
-        self._consumer.assign(
-            [TopicPartition(self._topic, p, offset) for p, offset in self.position.items()]
-        )
+            position[tp.partition] = offset
+        return position
 
     def poll(self, timeout: float = POLL_S) -> Transition | None:
-        """The next transition the watch keeps, or None when none came within `timeout`."""
-        message = self._consumer.poll(timeout)
-        if message is None or message.error() is not None:
+        """The next transition the watch keeps, or None when none came within `timeout`.
+        Unavailable on a fatal Kafka error; NotFound when the topic is gone."""
+        with self._lock:
+            if self._closed:
+                return None
+            message = self._consumer.poll(timeout)
+        if message is None:
+            return None
+        error = message.error()
+        if error is not None:
+            if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise NotFound(f"topic '{self._topic}' is gone: {error}")
+            if error.fatal():
+                raise unavailable(self._settings, "watching", timeout, error)
+            log.warning("watching %s: %s", self._topic, error)  # librdkafka retries
             return None
         partition, offset = message.partition(), message.offset()
         if partition is None or offset is None:
@@ -114,7 +154,10 @@ class Watch:
                 yield found
 
     def close(self) -> None:
-        self._consumer.close()
+        with self._lock:  # after a poll under way, never during it
+            if not self._closed:
+                self._closed = True
+                self._consumer.close()
 
     def __enter__(self) -> "Watch":
         return self
