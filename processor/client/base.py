@@ -41,7 +41,8 @@ class ClientBase:
         self.signing_key = signing_key
         self.timeout = timeout
         self.max_unclaimed = max_unclaimed
-        self.reader = RunReader(worker_urls, http_token=http_token, timeout=min(timeout, 10.0))
+        # A read may wait on a worker that asks the run's owner (up to 11 s): more here.
+        self.reader = RunReader(worker_urls, http_token=http_token, timeout=min(timeout, 15.0))
         self._open()
 
     def _open(self) -> None:

@@ -14,6 +14,8 @@ import ipaddress
 import json
 import logging
 import re
+import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -23,6 +25,7 @@ from typing import Any, Protocol
 
 from confluent_kafka.admin import AdminClient
 
+from processor.kafka.config import KafkaSettings
 from processor.trust.http_auth import TOKENS_ENV, TOKENS_FILE_ENV, bearer
 
 _CLIENT_ID = "runstate-worker@"
@@ -78,6 +81,28 @@ def group_members(admin: AdminClient, group_id: str, topic: str) -> list[Peer]:
         )
         found.append(Peer(member.client_id[len(_CLIENT_ID) :], owned))
     return found
+
+
+class GroupMembers:
+    """The group's members that advertise a URL (`group_members`), as described at most
+    `ttl_s` ago: reads of runs owned elsewhere and cluster queries do not describe the
+    group each time. Either runtime's `Node.peers`; thread-safe."""
+
+    def __init__(self, settings: KafkaSettings, group_id: str, topic: str, ttl_s: float = 1.0):
+        self._settings, self._group_id, self._topic, self._ttl_s = settings, group_id, topic, ttl_s
+        self._admin: AdminClient | None = None  # made at the first query
+        self._lock = threading.Lock()
+        self._known: tuple[float, list[Peer]] | None = None
+
+    def __call__(self) -> list[Peer]:
+        with self._lock:
+            if self._known is not None and self._known[0] > time.monotonic():
+                return self._known[1]
+            if self._admin is None:
+                self._admin = AdminClient(self._settings.client())
+            members = group_members(self._admin, self._group_id, self._topic)
+            self._known = (time.monotonic() + self._ttl_s, members)
+            return members
 
 
 def origin(url: str) -> str:

@@ -6,6 +6,7 @@ a cluster serves every run."""
 
 import json
 import logging
+import threading
 import time
 from urllib.parse import quote
 
@@ -17,8 +18,13 @@ from processor.serving.node import Node, RunRecord
 
 log = logging.getLogger("runstate.http")
 
-#: How long a forwarded read may take: the owner's own waits for fresh state, and more.
-FORWARD_S = 2 * CATCH_UP_S + 5
+#: How long a forwarded read may take: the owner's own waits for fresh state (its read
+#: fence, then the revision asked for), and a second; a reader waits longer (15 s).
+FORWARD_S = 2 * CATCH_UP_S + 1
+#: Reads forwarded at once: past this a read is answered 503 at once, so forwards
+#: (each a server thread waiting on a peer) never take every thread, probes' included.
+MAX_FORWARDS = 8
+_FORWARDING = threading.BoundedSemaphore(MAX_FORWARDS)
 
 
 def _partition(node: Node, run_id: str) -> int:
@@ -53,6 +59,16 @@ def _from_owner(
     when one claims the partition."""
     claimed, owner = _owner(node, partition)
     if owner is not None and params.get(peers.FORWARDED) != "1":
+        if not _FORWARDING.acquire(blocking=False):
+            return json_answer(
+                503,
+                {
+                    "error": f"run '{run_id}' is owned by {owner}, and {MAX_FORWARDS} reads "
+                    "are being passed to their owners already: ask again, or ask the owner",
+                    "partition": partition,
+                    "owner": owner,
+                },
+            )
         path = f"/runs/{quote(run_id, safe='')}" + ("/history" if history else "")
         try:
             forwarded = {**params, peers.FORWARDED: "1"}
@@ -67,13 +83,18 @@ def _from_owner(
                     "owner": owner,
                 },
             )
+        finally:
+            _FORWARDING.release()
         return Answer(got.status, got.content_type, got.body)
     error = (
         f"run '{run_id}' lives in partition {partition}, which this worker does not own; "
         "ask the worker that does"
     )
     body: dict[str, object] = {"partition": partition}
-    if claimed is not None and claimed.url != node.advertised_url:
+    itself = claimed is not None and peers.origin_or_none(claimed.url) == peers.origin_or_none(
+        node.advertised_url
+    )
+    if claimed is not None and not itself:
         body["owner"] = claimed.url
         if owner is None:
             error += f" ({claimed.url}, not among this worker's --peer URLs)"

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from processor.kafka.partitioning import partition_for
-from processor.serving import peers
+from processor.serving import peers, run_reads
 from processor.serving.peers import Peer, origin
 from processor.trust.http_auth import HttpTokens
 from tests.unit.test_api import FakeNode, get
@@ -56,6 +56,7 @@ def recording() -> Iterator[Recorder]:
                 return
             data = json.dumps({"items": [], "partitions": [1]}).encode()
             self.send_response(200)
+            self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
@@ -342,3 +343,33 @@ def test_no_owner_known_is_a_421_without_one() -> None:
     node = FakeNode(owned_partitions=[0], peer_list=[])
     status, body, _ = get(node, f"/runs/{_run_in(1)}/history")
     assert status == 421 and "owner" not in body and body["partition"] == 1
+
+
+def test_forwards_are_bounded_so_they_never_take_every_thread(good: Recorder) -> None:
+    """Each forward holds a server thread while the owner answers: past MAX_FORWARDS at
+    once a read is answered 503 at once, naming the owner, and nothing is sent."""
+    good.seen.clear()
+    node = FakeNode(
+        owned_partitions=[0], peer_list=[Peer(good.url, (1, 2))], configured_peers=(good.url,)
+    )
+    held = 0
+    try:
+        while run_reads._FORWARDING.acquire(blocking=False):
+            held += 1
+        assert held == run_reads.MAX_FORWARDS
+        status, body, _ = get(node, f"/runs/{_run_in(1)}")
+        assert status == 503 and body["owner"] == good.url and good.seen == []
+    finally:
+        for _ in range(held):
+            run_reads._FORWARDING.release()
+    assert get(node, f"/runs/{_run_in(1)}")[0] == 200
+
+
+def test_a_run_this_worker_claims_under_another_spelling_is_not_called_unconfigured() -> None:
+    node = FakeNode(
+        owned_partitions=[],
+        advertised_url="http://worker-1:8080",
+        peer_list=[Peer("HTTP://WORKER-1:8080/", (0, 1, 2))],
+    )
+    status, body, _ = get(node, f"/runs/{_run_in(1)}")
+    assert status == 421 and "owner" not in body and "--peer" not in body["error"]

@@ -19,7 +19,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import faust
-from confluent_kafka.admin import AdminClient
 from faust.web import Request, Response, View
 from faust.web.drivers.aiohttp import Web as AiohttpWeb
 from multidict import CIMultiDict
@@ -80,7 +79,9 @@ class FaustNode:
         self.stats = stats
         self._owned = owned
         self._advertised_url = advertised_url
-        self._admin: AdminClient | None = None
+        self._members = peers.GroupMembers(
+            config.kafka, config.settings.group_id, config.topics.proposals
+        )
         self.loop: asyncio.AbstractEventLoop | None = None  # the agent's, set by the first request
         self.last_turn = time.monotonic()  # the timers' tick turns it (liveness)
         self.indexed_recoveries = -1  # the table recoveries the indexes were built after
@@ -158,10 +159,7 @@ class FaustNode:
         return self._on_loop(lambda: self.states.stats(self.machines, self._owned_now()))
 
     def peers(self) -> list[peers.Peer]:
-        if self._admin is None:
-            self._admin = AdminClient(self.config.kafka.client())
-        topics = self.config.topics
-        return peers.group_members(self._admin, self.config.settings.group_id, topics.proposals)
+        return self._members()
 
     def health(self) -> dict[str, Any]:
         return self._on_loop(

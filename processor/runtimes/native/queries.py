@@ -7,8 +7,6 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
-from confluent_kafka.admin import AdminClient
-
 from processor.engine import Machine
 from processor.runtimes.native.store.indexes import InState
 from processor.runtimes.native.worker import Worker
@@ -21,7 +19,10 @@ from processor.trust.http_auth import HttpTokens
 class WorkerQueries:
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
-        self._admin: AdminClient | None = None  # made at the first cluster query
+        config = worker.config
+        self._members = peers.GroupMembers(
+            config.kafka, config.settings.group_id, config.topics.proposals
+        )
 
     @property
     def machines(self) -> Mapping[str, Machine]:
@@ -69,10 +70,7 @@ class WorkerQueries:
 
     def peers(self) -> list[peers.Peer]:
         """The group's workers and what they own, from the group's description."""
-        if self._admin is None:
-            self._admin = AdminClient(self.worker.config.kafka.client())
-        config = self.worker.config
-        return peers.group_members(self._admin, config.settings.group_id, config.topics.proposals)
+        return self._members()
 
     def health(self) -> dict[str, Any]:
         worker = self.worker
