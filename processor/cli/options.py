@@ -9,7 +9,7 @@ import click
 
 from processor.cli.flags import setting_option
 from processor.kafka.config import KafkaSettings
-from processor.kafka.reach import REACH_S, KafkaUnreachable, reach
+from processor.kafka.reach import REACH_S, KafkaSettingsRefused, KafkaUnreachable, reach
 from processor.kafka.topics import TopicNames
 from processor.runtimes.settings import WorkerSettings
 from processor.settings import ENV_PREFIX
@@ -97,7 +97,7 @@ class KafkaContext:
         if not self._reached:
             try:
                 reach(self.configured, REACH_S if within_s is None else within_s)
-            except KafkaUnreachable as exc:
+            except (KafkaUnreachable, KafkaSettingsRefused) as exc:
                 raise click.ClickException(str(exc)) from None
             object.__setattr__(self, "_reached", True)  # checked once per command
         return self.configured

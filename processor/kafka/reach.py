@@ -18,6 +18,10 @@ class KafkaUnreachable(ConnectionError):
     """No broker at the configured address answered within the bound."""
 
 
+class KafkaSettingsRefused(ValueError):
+    """librdkafka refused a setting (-X, RUNSTATE_KAFKA_*) before any connection."""
+
+
 class _Last(logging.Handler):
     """Keeps librdkafka's last complaint."""
 
@@ -37,8 +41,14 @@ def reach(settings: KafkaSettings, within_s: float = REACH_S) -> None:
     logger.setLevel(logging.WARNING)  # whatever the application does with KAFKA_LOG
     logger.propagate = False  # a failed attempt is said once, in the error
     logger.addHandler(heard)
-    admin = AdminClient(settings.client({"logger": logger}))
     try:
+        try:
+            admin = AdminClient(settings.client({"logger": logger}))
+        except KafkaException as exc:
+            raise KafkaSettingsRefused(
+                f"the Kafka client refused its settings: {exc.args[0] if exc.args else exc}; "
+                "check the -X settings (RUNSTATE_KAFKA_*)"
+            ) from None
         admin.list_topics(timeout=within_s)
     except KafkaException as exc:
         admin.poll(0)  # hands over the log lines queued meanwhile

@@ -152,3 +152,12 @@ def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def test_a_setting_the_kafka_client_refuses_is_one_line() -> None:
+    result = CliRunner().invoke(
+        cli, ["topics", "describe", "-X", "nonsense.key=1", "--bootstrap-servers", "127.0.0.1:1"]
+    )
+    assert result.exit_code == 1, result.output
+    (line,) = result.output.strip().splitlines()
+    assert "refused its settings" in line and "nonsense.key" in line and "-X" in line
