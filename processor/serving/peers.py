@@ -223,14 +223,15 @@ def fetch(
         with _OPENER.open(request, timeout=timeout) as response:
             return Forwarded(response.status, response.headers.get_content_type(), response.read())
     except urllib.error.HTTPError as exc:
-        if exc.code == 401:
-            raise OSError(
-                "401: it does not accept this worker's token; every worker of the group "
-                f"needs the same {TOKENS_ENV} / {TOKENS_FILE_ENV}"
-            ) from exc
-        if 300 <= exc.code < 400:
-            raise OSError(f"{exc.code}: {exc.reason}") from exc
-        return Forwarded(exc.code, exc.headers.get_content_type(), exc.read())
+        with exc:  # its socket goes back whatever it said
+            if exc.code == 401:
+                raise OSError(
+                    "401: it does not accept this worker's token; every worker of the group "
+                    f"needs the same {TOKENS_ENV} / {TOKENS_FILE_ENV}"
+                ) from exc
+            if 300 <= exc.code < 400:
+                raise OSError(f"{exc.code}: {exc.reason}") from exc
+            return Forwarded(exc.code, exc.headers.get_content_type(), exc.read())
 
 
 def merge_runs(
