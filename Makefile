@@ -46,7 +46,7 @@ demo: install
 	$(BIN)/runstate demo
 
 ## test: the suite but its slow tests (lint, types, the docs site, unit, integration on a real
-## broker) in JOBS processes sharing one broker, + engine coverage
+## broker) in JOBS processes, each with its own broker, + engine coverage
 JOBS ?= 2
 test: install tools
 	$(BIN)/pytest -n $(JOBS) --dist loadgroup -m "not slow" --cov=processor.engine --cov-branch --cov-report=term-missing:skip-covered --cov-fail-under=95 --durations=20

@@ -1,8 +1,6 @@
 """Every integration test gets a real broker: from KAFKA_BOOTSTRAP_SERVERS, else a
 Docker container, else the local launcher (processor.broker.provide; RUNSTATE_BROKER_SOURCE
-insists on one); under pytest-xdist one broker the processes share (tests.shared_broker),
-each test on topics of its own prefix. The session's first line under the test it starts
-says which. A test that asks
+insists on one). The session's first line under the test it starts says which. A test that asks
 for `kafka_cluster` gets a local cluster of three nodes besides."""
 
 import uuid
@@ -17,19 +15,12 @@ from processor.broker.provide import broker_source, provide_broker
 from processor.kafka.topic_creation import create_topics
 from processor.kafka.topic_plans import plan_topics
 from processor.kafka.topics import TopicNames
-from tests.shared_broker import WORKER_INPUT_KEY, shared_address
 
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap(
     tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
 ) -> Iterator[str]:
-    workerinput = getattr(pytestconfig, "workerinput", {})
-    if WORKER_INPUT_KEY in workerinput:
-        bootstrap, said = shared_address(Path(workerinput[WORKER_INPUT_KEY]))
-        _say(pytestconfig, f"broker: {said}, at {bootstrap}, shared by every process")
-        yield bootstrap
-        return
     data_dir: Path = tmp_path_factory.mktemp("broker")
     source = broker_source()
     with provide_broker(data_dir, source=source) as bootstrap:
