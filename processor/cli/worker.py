@@ -15,6 +15,7 @@ from processor.cli.options import KafkaContext, pass_kafka
 from processor.engine.parse import MachineFileError
 from processor.history.versions import deployed_catalog, load_operator_key
 from processor.observe.logs import setup_logging
+from processor.observe.traces import configure_worker
 from processor.runtimes.errors import ClientBroken, WorkerError
 from processor.runtimes.native.heap import tune_collector
 from processor.runtimes.native.http import serve
@@ -52,6 +53,11 @@ def worker(kafka: KafkaContext, settings: WorkerSettings) -> None:
     setup_logging(
         settings.log_level, settings.log_format
     )  # either runtime: its worker leaves it alone
+    refused = configure_worker(
+        settings.traces, settings.traces_file, "runstate-worker", settings.worker_id
+    )
+    if refused is not None:
+        raise click.UsageError(refused)
     # Before anything connects: a worker that would serve every run to anyone who
     # reaches its port does not start (exit 2, a usage error: a setting is missing).
     try:

@@ -175,13 +175,15 @@ class AsyncRunstateClient(ClientBase):
         """The proposal's outcome, once; for a retry of a committed proposal, the
         transition it committed then. `Timeout` when none came in time."""
         deadline = Deadline(self.timeout if timeout is None else timeout)
-        outcome = await self.outcomes.wait(proposal_id, deadline.left())
-        original = duplicate_of(outcome)
-        if original is not None:
-            found = await self.transition(*original, timeout=max(1.0, deadline.left()))
-            outcome = outcome if found is None else found
-        self.reader.saw(outcome)
-        return outcome
+        with self._awaiting(proposal_id) as note:
+            outcome = await self.outcomes.wait(proposal_id, deadline.left())
+            original = duplicate_of(outcome)
+            if original is not None:
+                found = await self.transition(*original, timeout=max(1.0, deadline.left()))
+                outcome = outcome if found is None else found
+            self.reader.saw(outcome)
+            note(outcome)
+            return outcome
 
     async def propose_and_wait(
         self,

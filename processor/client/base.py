@@ -2,11 +2,13 @@
 the key they sign with, the reader of committed runs, the timeout; and the proposals
 they build. Each client adds its transport (`_open`) and its ways of waiting."""
 
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
 from processor.kafka.config import KafkaSettings
 from processor.kafka.topics import TopicNames
+from processor.observe import traces
 from processor.trust.keyring import SigningKey
 
 from .core import MAX_UNCLAIMED, ProposalRecord, create_payload, proposal_record
@@ -43,6 +45,9 @@ class ClientBase:
         self.max_unclaimed = max_unclaimed
         # A read may wait on a worker that asks the run's owner (up to 11 s): more here.
         self.reader = RunReader(worker_urls, http_token=http_token, timeout=min(timeout, 15.0))
+        #: proposal id -> its `runstate propose` span's context, while its outcome is
+        #: awaited (only when traces record; the oldest go first past max_unclaimed).
+        self._proposed: OrderedDict[str, Any] = OrderedDict()
         self._open()
 
     def _open(self) -> None:
@@ -64,8 +69,9 @@ class ClientBase:
         metadata: dict[str, Any] | None = None,
         proposal_id: str | None = None,
     ) -> ProposalRecord:
-        """The proposal's record, signed now."""
-        return proposal_record(
+        """The proposal's record, signed now, with the trace context of its `runstate
+        propose` span when traces record (processor/observe/traces.py)."""
+        record = proposal_record(
             self.topics,
             self.signing_key,
             run_id,
@@ -77,6 +83,17 @@ class ClientBase:
             proposal_id=proposal_id,
             now_ms=self._now_ms(),
         )
+        headers, span = traces.proposed(run_id, event, record.proposal_id, self.topics.proposals)
+        if span is not None:
+            record.headers.extend(headers)
+            self._proposed[record.proposal_id] = span
+            while len(self._proposed) > self.max_unclaimed:
+                self._proposed.popitem(last=False)
+        return record
+
+    def _awaiting(self, proposal_id: str) -> Any:
+        """The `runstate outcome` span while the proposal's outcome is awaited."""
+        return traces.awaiting(self._proposed.pop(proposal_id, None), proposal_id)
 
     def _create_record(
         self,

@@ -175,14 +175,17 @@ class RunstateClient(ClientBase):
         retry), the transition it committed then. `Timeout` when none came in time."""
         timeout = self.timeout if timeout is None else timeout
         deadline = Deadline(timeout)
-        scoped = self._scoped
-        if scoped is not None and scoped.expecting(proposal_id):
-            outcome = scoped.wait(proposal_id, timeout)
-        elif self._all is not None:
-            outcome = self._all.wait(proposal_id, timeout)
-        else:
-            outcome = self._scoped_waiter().wait(proposal_id, timeout)
-        return self._resolved(outcome, max(1.0, deadline.left()))
+        with self._awaiting(proposal_id) as note:
+            scoped = self._scoped
+            if scoped is not None and scoped.expecting(proposal_id):
+                outcome = scoped.wait(proposal_id, timeout)
+            elif self._all is not None:
+                outcome = self._all.wait(proposal_id, timeout)
+            else:
+                outcome = self._scoped_waiter().wait(proposal_id, timeout)
+            outcome = self._resolved(outcome, max(1.0, deadline.left()))
+            note(outcome)
+            return outcome
 
     def propose_and_wait(
         self,

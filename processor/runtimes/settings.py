@@ -161,6 +161,19 @@ class WorkerSettings(Settings):
         "level, logger, message, and the record's run_id, event, code...).",
     )
 
+    traces: Literal["off", "otlp", "file"] = Field(
+        "off",
+        description="OpenTelemetry spans of each proposal that carries a trace context "
+        "(the SDK adds one when the agent traces): decide and commit, children of the "
+        "agent's propose span. otlp: to a collector, as the OTEL_EXPORTER_OTLP_* variables "
+        "say; file: one JSON object per span and line to --traces-file. Needs "
+        "'runstate[traces]'.",
+    )
+    traces_file: Path | None = Field(
+        None,
+        description="Where --traces file appends its spans ('-' or unset: stderr).",
+    )
+
     @field_validator("machine_path", mode="before")
     @classmethod
     def _machine_paths(cls, value: Any) -> Any:

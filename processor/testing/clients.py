@@ -59,7 +59,10 @@ class AsyncTestClient(AsyncRunstateClient):
         return delivered
 
     async def wait(self, proposal_id: str, timeout: float | None = None) -> Outcome:
-        return _answer(self._env, proposal_id)
+        with self._awaiting(proposal_id) as note:
+            outcome = _answer(self._env, proposal_id)
+            note(outcome)
+            return outcome
 
     async def _deliver_and_wait(
         self, record: ProposalRecord, deadline: Deadline, raise_on_rejection: bool
@@ -125,7 +128,10 @@ class TestClient(RunstateClient):
         self._env.submit(key, value, headers)
 
     def wait(self, proposal_id: str, timeout: float | None = None) -> Outcome:
-        return _answer(self._env, proposal_id)
+        with self._awaiting(proposal_id) as note:
+            outcome = _answer(self._env, proposal_id)
+            note(outcome)
+            return outcome
 
     def _deliver_and_wait(
         self, proposal_id: str, deadline: Deadline, raise_on_rejection: bool

@@ -15,6 +15,7 @@ from faust.types import TopicT
 
 from processor.engine import Beat, Commit, Forget
 from processor.engine.answers import Answer, committed_digest
+from processor.observe import traces
 from processor.observe.logs import log_outcomes, logged
 from processor.observe.metrics import MetricsBatch, WorkerMetrics
 from processor.records.changelog_keys import answer_changelog_key, answers_changelog_prefix
@@ -103,11 +104,13 @@ class Decision:
         unreadable = message.checksum if isinstance(message.checksum, Unreadable) else None
         last = message.offset if unreadable is None else unreadable.last
         outcome: Outcome
+        decision = None  # the traced decision's span (`traces.decided`)
         try:
             if unreadable is not None:
                 outcome = DeadLetterReason(unreadable.reason)
             else:
                 began = time.perf_counter()
+                began_ns = time.time_ns() if traces.tracing() else 0
                 outcome = decide_record(
                     message.key,
                     message.value,
@@ -126,6 +129,15 @@ class Decision:
                     relays=self.punctuator.relays,
                 )
                 metrics.decision.observe(time.perf_counter() - began)
+                if began_ns:
+                    decision = traces.decided(
+                        message.headers,
+                        topics.proposals,
+                        message.partition,
+                        message.offset,
+                        outcome,
+                        began_ns,
+                    )
         except Exception as exc:  # a bug must not stall the partition
             log.exception("deciding %s@%s failed", message.partition, message.offset)
             outcome = DeadLetterReason(f"internal error while deciding: {exc!r}")
@@ -160,6 +172,7 @@ class Decision:
         if own:
             records = [*records[:-1], *own, records[-1]]
         sending = time.perf_counter()
+        sending_ns = time.time_ns() if decision is not None else 0
         # From the first output sent until the table has the outcome, a reader
         # who saw that output waits for it (read_fence.py).
         fenced = self.read_fence.open()
@@ -185,6 +198,8 @@ class Decision:
             # The mark before the snapshot: a crash between them leaves the snapshot to
             # recovery, which replays every changelog record since the last one.
             self.delivered(message, last)
+            if decision is not None:
+                traces.committed([decision], sending_ns)
             if isinstance(outcome, Forget):
                 for record in records:
                     if record.topic == topics.changelog:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from confluent_kafka import Message
 
 from processor.engine import Beat, Commit, Forget
+from processor.observe import traces
 from processor.observe.metrics import WorkerMetrics
 from processor.records.outputs import SMALL, OutputRecord, Source, publishable
 from processor.records.pipeline import (
@@ -87,8 +88,15 @@ class Processing:
         _, timestamp = msg.timestamp()
         source = Source(msg.topic() or "", partition, offset, msg.key(), msg.value(), timestamp)
         began = time.perf_counter()
+        began_ns = time.time_ns() if traces.tracing() else 0
         outcome = self._decide(store, source, admission.admitted)
         self.metrics.decision.observe(admission.seconds + time.perf_counter() - began)
+        if began_ns:
+            decision = traces.decided(
+                msg.headers(), source.topic, partition, offset, outcome, began_ns
+            )
+            if decision is not None:
+                transaction.traced.append(decision)
         # A poisoned record's DLQ record stays small: it must fit whatever the broker takes.
         limits = (
             self.commits.limits if self.quarantine.poisoned(partition, offset) is None else SMALL

@@ -16,10 +16,12 @@ batch outlives it.
 
 import logging
 import time
+from typing import Any
 
 from confluent_kafka import TopicPartition
 
 from processor.kafka.topics import TopicNames
+from processor.observe import traces
 from processor.observe.logs import log_outcomes, logged
 from processor.observe.metrics import MetricsBatch, WorkerMetrics
 from processor.records.outputs import OutputRecord
@@ -64,6 +66,9 @@ class Transaction:
         self._prepared: dict[int, PreparedWrite] = {}
         self._in_flight: CommitInFlight | None = None
         self._began = 0.0
+        #: The traced decisions' spans (`traces.decided`): each gets its commit's span.
+        self.traced: list[Any] = []
+        self._began_ns = 0
 
     @property
     def open(self) -> bool:
@@ -141,6 +146,7 @@ class Transaction:
         (the caller may go on deciding into the next transaction: see `base_committed`)."""
         assert self._after is None, "committed before the previous transaction"
         self._began = time.perf_counter()
+        self._began_ns = time.time_ns()
         offsets = [
             TopicPartition(self.topics.proposals, p, offset) for p, offset in self._next.items()
         ]
@@ -156,6 +162,7 @@ class Transaction:
         assert self._in_flight is not None
         in_flight, self._in_flight = self._in_flight, None
         in_flight.wait()  # raises KafkaException when it did not commit
+        traces.committed(self.traced, self._began_ns)
         for partition, txn in self._partitions.items():
             offset = self.producer.next_offset(self.topics.changelog, partition)
             reached = {} if offset is None else {self.topics.changelog: offset}
@@ -174,3 +181,4 @@ class Transaction:
         if self.producer.open:  # not when its records were all held
             self.producer.abort()
         self.metrics.aborted()
+        traces.committed(self.traced, self._began_ns or time.time_ns(), error="aborted")
