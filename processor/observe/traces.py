@@ -239,9 +239,9 @@ def _trace_carrier(headers: Headers) -> dict[str, str] | None:
         try:
             text = raw.decode("ascii") if isinstance(raw, bytes) else raw
         except UnicodeDecodeError:
-            return None
+            continue  # W3C: a tracestate that cannot be read is dropped, the parent kept
         if len(text) > MAX_HEADER_CHARS:
-            return None
+            continue
         carrier[name] = text
     return carrier if "traceparent" in carrier else None
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from processor.observe import traces
@@ -114,8 +114,13 @@ header_values = st.one_of(
 )
 
 
+VALID = b"00-00000000000000000000000000000001-0000000000000001-01"
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(header_names, header_values), max_size=6))
+@example([("traceparent", VALID), ("tracestate", b"\x80")])
+@example([("traceparent", VALID), ("tracestate", "k=" + "v" * 600)])
 def test_any_trace_headers_give_a_span_or_none_never_an_error(
     tmp_path_factory: pytest.TempPathFactory, headers: list[tuple[str, Any]]
 ) -> None:
@@ -146,7 +151,7 @@ def traceparent_of(headers: list[tuple[str, Any]]) -> bytes | None:
 
 def valid_traceparent(value: bytes | None) -> bool:
     """The W3C rule: version, 32 hex trace id and 16 hex span id (neither all zeros),
-    flags; version ff is invalid."""
+    flags; version ff is invalid. A worker reads no header value over 512 characters."""
     try:
         text = (value or b"").decode("ascii")
     except UnicodeDecodeError:
@@ -155,7 +160,11 @@ def valid_traceparent(value: bytes | None) -> bool:
         r"[ \t]*([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})[ \t]*", text
     )
     return (
-        found is not None and found[1] != "ff" and int(found[2], 16) != 0 and int(found[3], 16) != 0
+        len(text) <= 512
+        and found is not None
+        and found[1] != "ff"
+        and int(found[2], 16) != 0
+        and int(found[3], 16) != 0
     )
 
 
