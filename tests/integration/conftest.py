@@ -71,10 +71,28 @@ _CLUSTERS: list[Cluster] = []
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The tests of the three-node cluster run in one process (pytest-xdist's group), one
     after the other: one cluster at a time shares the machine with the other tests."""
-    users = [i for i in items if "kafka_cluster" in getattr(i, "fixturenames", ())]
-    for item in users:
-        item.add_marker(pytest.mark.xdist_group("cluster"))
+    for item in items:
+        if "kafka_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("cluster"))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The last test to use the cluster among those that run (`-m` has deselected the
+    rest by now)."""
+    users = [i for i in session.items if "kafka_cluster" in getattr(i, "fixturenames", ())]
     _LAST_CLUSTER_TEST[:] = users[-1:]
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Fails a grouped test that pytest-xdist's loadgroup did not group: tests that share
+    a module's costly fixture, or the one cluster, would silently run in every process."""
+    grouping = getattr(item.config.option, "loadgroup", False)  # set in xdist processes
+    if grouping and item.get_closest_marker("xdist_group") and "@" not in item.nodeid:
+        pytest.fail(
+            "pytest-xdist did not group this test: this pytest and pytest-xdist do not work "
+            "together; install the versions pyproject.toml names (make install)",
+            pytrace=False,
+        )
 
 
 def pytest_runtest_teardown(item: pytest.Item) -> None:

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+#: One process builds the venv once for every test here (the build takes ~25 s).
+pytestmark = pytest.mark.xdist_group("light_install")
 
 
 @pytest.fixture(scope="module")
