@@ -32,7 +32,8 @@ from schemas.codes import RejectionCode
 from schemas.messages import Rejection, RunSnapshot, Transition
 from tests.integration.harness import Env, WorkerProcess, published, runstate
 
-pytestmark = pytest.mark.integration
+#: One process starts the module's workers once for every test here.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("contract")]
 
 M = "task_lifecycle"
 ANSWER_WITHIN_S = 30.0
