@@ -38,6 +38,7 @@ DEAD = "127.0.0.1:1"  # nobody listens there
 #: One process starts the module's worker once for every test here.
 pytestmark = pytest.mark.xdist_group("sdk")
 
+
 @pytest.fixture(scope="module")
 def served(
     kafka_bootstrap: str, admin: AdminClient, tmp_path_factory: pytest.TempPathFactory
