@@ -21,7 +21,9 @@ def env(kafka_bootstrap: str, topic_names: TopicNames, tmp_path: Path) -> Env:
     return make_env(kafka_bootstrap, topic_names, tmp_path)
 
 
-def _agent(env: Env, url: str, *args: str) -> subprocess.CompletedProcess[str]:
+def _agent(
+    env: Env, url: str, *args: str, script: str = "examples/agent/task_agent.py"
+) -> subprocess.CompletedProcess[str]:
     key = env.tmp / "runtime.key.json"
     key.write_text(dump_signing_key(env.signing_key("runtime")))
     clean = {k: v for k, v in os.environ.items() if not k.startswith("RUNSTATE_")}
@@ -33,7 +35,7 @@ def _agent(env: Env, url: str, *args: str) -> subprocess.CompletedProcess[str]:
         PYTHONPATH=str(ROOT),
     )
     return subprocess.run(
-        [sys.executable, "examples/agent/task_agent.py", *args],
+        [sys.executable, script, *args],
         cwd=ROOT,
         env=clean,
         capture_output=True,
@@ -68,6 +70,32 @@ def test_the_asyncio_agent_crashes_mid_step_and_resumes_where_it_was(env: Env) -
         history = worker.get(worker.run_path("order-7", "/history"))
         started = [t["payload"]["step"] for t in history if t["event"] == "step_started"]
         assert started == ["validate", "refund", "refund", "notify"]  # validate ran once
+    finally:
+        assert worker.terminate() == 0, worker.log()
+
+
+def test_the_langgraph_graph_is_killed_mid_node_and_goes_on_from_its_checkpoint(env: Env) -> None:
+    worker = WorkerProcess(env, env.tmp / "w1")
+    script = "examples/langgraph/refund_graph.py"
+    try:
+        worker.wait_ready(partitions=3)
+        crashed = _agent(env, worker.url, "order-9", "--crash-in", "refund", script=script)
+        assert crashed.returncode == -9, crashed.stdout + crashed.stderr
+        ran = [json.loads(line)["node"] for line in crashed.stdout.splitlines()]
+        assert ran == ["validate", "refund"]
+        resumed = _agent(env, worker.url, "order-9", script=script)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        lines = [json.loads(line) for line in resumed.stdout.splitlines()]
+        assert [x["node"] for x in lines if x["event"] == "node"] == ["refund", "notify"]
+        assert lines[-1] == {
+            "event": "finished",
+            "resumed": True,
+            "done": ["validate", "refund", "notify"],
+        }
+        history = worker.get(worker.run_path("langgraph:order-9", "/history"))
+        assert [t["event"] for t in history][:2] == ["create", "start"]
+        assert {t["event"] for t in history[2:]} == {"checkpoint"}
+        assert {t["principal"]["authority"] for t in history} == {"runtime"}
     finally:
         assert worker.terminate() == 0, worker.log()
 
