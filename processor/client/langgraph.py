@@ -8,7 +8,8 @@ A thread is a run (`run_prefix` + thread id) of the `run_state` machine, created
 started at its first checkpoint by the client's principal (a runtime key). Every
 `put` and `put_writes` is a `checkpoint` proposal of that run, signed, decided by the
 workers and committed exactly once; `get_tuple` and `list` read the thread back from the
-run's history. So a graph's progress has an owner, an audit trail, a hash chain and
+run's history, taking only the records of the principal that created the run. So a
+graph's progress has an owner, an audit trail, a hash chain and
 the workers' retention, and a graph killed mid-step resumes from its last committed
 checkpoint on any machine. Records too large for one checkpoint go in parts
 (`langgraph_records`).
@@ -50,8 +51,6 @@ from .sync import RunstateClient
 
 #: The (proposal id, checkpoint data) of a call, in the order they are sent.
 Sent = list[tuple[str, dict[str, Any]]]
-#: Answers that say "this was recorded already": the record stands as first written.
-_ALREADY = {RejectionCode.DUPLICATE, RejectionCode.PROPOSAL_ID_REUSED, RejectionCode.RUN_EXISTS}
 
 
 class RunstateSaver(BaseCheckpointSaver[int]):
@@ -193,11 +192,14 @@ class RunstateSaver(BaseCheckpointSaver[int]):
                 yield found
 
     @staticmethod
-    def _settled(outcome: Any, pid: str) -> None:
-        """A record's outcome: committed now, or earlier (the same id); else raised."""
+    def _settled(outcome: Any, pid: str, *, first_stands: bool = False) -> None:
+        """A record's outcome: committed, now or before (the same id answers with the
+        transition it committed); with `first_stands`, also a record of the same id
+        committed before with other content. Anything else is raised: `Rejected`."""
         if isinstance(outcome, Transition):
             return
-        if isinstance(outcome, Rejection) and outcome.code in _ALREADY:
+        reused = isinstance(outcome, Rejection) and outcome.code is RejectionCode.PROPOSAL_ID_REUSED
+        if first_stands and reused:
             return
         if isinstance(outcome, Rejection):
             raise Rejected(outcome)
@@ -230,7 +232,7 @@ class RunstateSaver(BaseCheckpointSaver[int]):
         )
         self._started.add(run_id)
 
-    def _send(self, run_id: str, sent: Sent) -> None:
+    def _send(self, run_id: str, sent: Sent, first_stands: bool = False) -> None:
         client = self._sync()
         with self._sending:
             self._ensure_run(run_id)
@@ -242,11 +244,10 @@ class RunstateSaver(BaseCheckpointSaver[int]):
                     proposal_id=pid,
                     timeout=self.timeout,
                 )
-                self._settled(outcome, pid)
+                self._settled(outcome, pid, first_stands=first_stands)
 
     def _thread(self, run_id: str) -> lr.Thread:
-        history = self._sync().history(run_id)
-        return lr.thread_of(t.payload.get("data") for t in history if t.event == "checkpoint")
+        return _thread_of(self._sync().history(run_id))
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         thread = self._thread(self.run_id(config))
@@ -283,7 +284,8 @@ class RunstateSaver(BaseCheckpointSaver[int]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        self._send(self.run_id(config), self._writes_records(config, writes, task_id, task_path))
+        records = self._writes_records(config, writes, task_id, task_path)
+        self._send(self.run_id(config), records, first_stands=True)
 
     # -- async --------------------------------------------------------------------------
     async def _aensure_run(self, client: AsyncRunstateClient, run_id: str) -> None:
@@ -303,10 +305,10 @@ class RunstateSaver(BaseCheckpointSaver[int]):
         )
         self._started.add(run_id)
 
-    async def _asend(self, run_id: str, sent: Sent) -> None:
+    async def _asend(self, run_id: str, sent: Sent, first_stands: bool = False) -> None:
         client = self.client
         if not isinstance(client, AsyncRunstateClient):
-            await asyncio.to_thread(self._send, run_id, sent)
+            await asyncio.to_thread(self._send, run_id, sent, first_stands)
             return
         if self._asending is None:
             self._asending = asyncio.Lock()
@@ -320,14 +322,13 @@ class RunstateSaver(BaseCheckpointSaver[int]):
                     proposal_id=pid,
                     timeout=self.timeout,
                 )
-                self._settled(outcome, pid)
+                self._settled(outcome, pid, first_stands=first_stands)
 
     async def _athread(self, run_id: str) -> lr.Thread:
         client = self.client
         if not isinstance(client, AsyncRunstateClient):
             return await asyncio.to_thread(self._thread, run_id)
-        history = await client.history(run_id)
-        return lr.thread_of(t.payload.get("data") for t in history if t.event == "checkpoint")
+        return _thread_of(await client.history(run_id))
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         thread = await self._athread(self.run_id(config))
@@ -366,7 +367,19 @@ class RunstateSaver(BaseCheckpointSaver[int]):
         task_path: str = "",
     ) -> None:
         records = self._writes_records(config, writes, task_id, task_path)
-        await self._asend(self.run_id(config), records)
+        await self._asend(self.run_id(config), records, first_stands=True)
+
+
+def _thread_of(history: Sequence[Transition]) -> lr.Thread:
+    """The thread in a run's history: the checkpoints of the principal that created the
+    run. Another key holder allowed to propose to the run cannot put a checkpoint or a
+    write into the thread (LangGraph would resume from it)."""
+    if not history:
+        return lr.Thread()
+    owner = history[0].principal
+    return lr.thread_of(
+        t.payload.get("data") for t in history if t.event == "checkpoint" and t.principal == owner
+    )
 
 
 __all__ = ["RunstateSaver"]

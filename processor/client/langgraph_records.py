@@ -42,7 +42,9 @@ def typed_json(value: Typed) -> list[str]:
 
 def typed_value(value: Any) -> Typed:
     kind, text = value
-    return str(kind), base64.b64decode(text, validate=True)
+    if not isinstance(kind, str) or not isinstance(text, str):
+        raise TypeError("a typed value is [type, base64]")
+    return kind, base64.b64decode(text, validate=True)
 
 
 def proposal_id(*parts: str) -> str:
@@ -151,43 +153,87 @@ class Thread:
         return [stored[k] for k in sorted(stored, key=lambda k: writes_sort_key(stored[k][3], *k))]
 
     def apply(self, record: dict[str, Any]) -> None:
+        """A whole record (`records` gives them so): added to the thread."""
         if record["kind"] == "checkpoint":
-            self.checkpoints.setdefault(str(record["ns"]), {})[str(record["id"])] = Saved(
-                typed_value(record["checkpoint"]),
-                typed_value(record["metadata"]),
-                record["parent"],
+            self.checkpoints.setdefault(record["ns"], {})[record["id"]] = Saved(
+                record["checkpoint"], record["metadata"], record["parent"]
             )
-        elif record["kind"] == "writes":
-            key = (str(record["ns"]), str(record["id"]))
-            stored = self.writes.setdefault(key, {})
-            task, path = str(record["task"]), str(record["path"])
+        else:
+            stored = self.writes.setdefault((record["ns"], record["id"]), {})
+            task, path = record["task"], record["path"]
             for channel, index, value in record["writes"]:
-                inner = (task, int(index))
-                if inner[1] >= 0 and inner in stored:
+                if index >= 0 and (task, index) in stored:
                     continue  # a regular write: the first one stands
-                stored[inner] = (task, str(channel), typed_value(value), path)
+                stored[(task, index)] = (task, channel, value, path)
 
 
 def records(datas: Iterable[Any]) -> Iterator[dict[str, Any]]:
-    """The saver's records among checkpoint datas (oldest first), parts joined; parts
-    whose whole does not match its SHA-256 are skipped (never half a record)."""
+    """The saver's records among checkpoint datas (oldest first), parts joined. Anything
+    else is skipped, never raised: a data of another shape, parts that do not add up to
+    their SHA-256 (never half a record), a record that is not whole."""
     parts: dict[str, dict[int, bytes]] = {}
     for data in datas:
         if not isinstance(data, dict) or not isinstance(data.get(KEY), dict):
             continue
         record = data[KEY]
-        kind = record.get("kind")
-        if kind == "part":
-            parts.setdefault(str(record["of"]), {})[int(record["index"])] = base64.b64decode(
-                record["text"]
-            )
-        elif kind == "parts":
-            held = parts.pop(str(record["of"]), {})
-            text = b"".join(held.get(i, b"") for i in range(int(record["count"])))
-            if hashlib.sha256(text).hexdigest() == record["sha256"]:
-                yield json.loads(text)
-        elif kind in ("checkpoint", "writes"):
-            yield record
+        try:
+            kind = record.get("kind")
+            if kind == "part":
+                held = parts.setdefault(str(record["of"]), {})
+                held[int(record["index"])] = base64.b64decode(record["text"], validate=True)
+            elif kind == "parts":
+                held = parts.pop(str(record["of"]), {})
+                if int(record["count"]) != len(held):
+                    continue
+                text = b"".join(held[i] for i in range(len(held)))
+                if hashlib.sha256(text).hexdigest() == record["sha256"]:
+                    yield _whole(json.loads(text))
+            elif kind in ("checkpoint", "writes"):
+                yield _whole(record)
+        except (KeyError, TypeError, ValueError):
+            continue
+
+
+def _whole(record: Any) -> dict[str, Any]:
+    """`record` read through (ValueError, KeyError or TypeError if it is not a whole
+    checkpoint or writes record), so that a thread takes it whole or not at all."""
+    if record["kind"] == "checkpoint":
+        parent = record["parent"]
+        if parent is not None and not isinstance(parent, str):
+            raise TypeError("parent")
+        return {
+            "kind": "checkpoint",
+            "ns": _text(record["ns"]),
+            "id": _text(record["id"]),
+            "parent": parent,
+            "checkpoint": typed_value(record["checkpoint"]),
+            "metadata": typed_value(record["metadata"]),
+        }
+    if record["kind"] == "writes":
+        return {
+            "kind": "writes",
+            "ns": _text(record["ns"]),
+            "id": _text(record["id"]),
+            "task": _text(record["task"]),
+            "path": _text(record["path"]),
+            "writes": [
+                (_text(channel), _index(index), typed_value(value))
+                for channel, index, value in record["writes"]
+            ],
+        }
+    raise ValueError("kind")
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError("not a string")
+    return value
+
+
+def _index(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError("not an index")
+    return value
 
 
 def thread_of(datas: Iterable[Any]) -> Thread:

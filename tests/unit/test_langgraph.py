@@ -14,7 +14,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
-from processor.client import InvalidArgument
+from processor.client import InvalidArgument, Rejected
 from processor.client import langgraph_records as lr
 from processor.client.langgraph import RunstateSaver
 from processor.testing import RunstateEnvironment
@@ -179,3 +179,51 @@ def test_any_records_read_back_as_sent_whole_or_in_parts(blobs: list[bytes], ns:
     assert [s.checkpoint for s in thread_.checkpoints[ns].values()] == [
         ("bytes", blob) for blob in blobs
     ]
+
+
+def test_another_key_holder_cannot_put_a_checkpoint_into_the_thread() -> None:
+    env = RunstateEnvironment()
+    saver = RunstateSaver(env.blocking_client("runtime"))
+    graph_of(saver, []).invoke({"log": [], "blob": ""}, thread("t-7"))
+    honest = saver.get_tuple(thread("t-7"))
+    assert honest is not None
+    # A tool executor may record checkpoints in the run (a step authority): it forges a
+    # newer checkpoint, and writes for the current one.
+    forged = dict(honest.checkpoint)
+    forged["id"] = "f" * 36
+    forged["channel_values"] = {"log": ["forged"], "blob": ""}
+    pid, record = lr.checkpoint_record(
+        "", forged["id"], None, saver.serde.dumps_typed(forged), ("json", b"{}")
+    )
+    tool = env.blocking_client("tool")
+    outcome = tool.propose_and_wait(
+        "langgraph:t-7", "checkpoint", payload={"data": {lr.KEY: record}}, proposal_id=pid
+    )
+    assert outcome.event == "checkpoint"  # type: ignore[union-attr]  # committed in the run
+    after = saver.get_tuple(thread("t-7"))
+    assert after is not None and after.config == honest.config
+    assert after.checkpoint["channel_values"] == honest.checkpoint["channel_values"]
+
+
+def test_a_thread_whose_run_someone_else_created_is_refused() -> None:
+    env = RunstateEnvironment()
+    # Another principal with the runtime authority made the run first.
+    env.blocking_client("operator").create_and_wait("langgraph:t-8", "run_state")
+    saver = RunstateSaver(env.blocking_client("runtime"))
+    with pytest.raises(Rejected, match="already exists"):
+        graph_of(saver, []).invoke({"log": [], "blob": ""}, thread("t-8"))
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(json_values, st.builds(lambda r: {lr.KEY: r}, json_values))))
+def test_any_history_reads_as_a_thread_never_an_error(datas: list[Any]) -> None:
+    valid = lr.checkpoint_record("", "c1", None, ("json", b"{}"), ("json", b"{}"))[1]
+    thread_ = lr.thread_of([*datas, {lr.KEY: valid}, *datas])
+    assert "c1" in thread_.checkpoints[""]
