@@ -46,8 +46,9 @@ demo: install
 	$(BIN)/runstate demo
 
 ## test: the suite but its slow tests (lint, types, the docs site, unit, integration on a real
-## broker) in JOBS processes, each with its own broker, + engine coverage
-JOBS ?= 2
+## broker) in JOBS processes, each with its own broker, + engine coverage. Three on two
+## cores: the broker tests wait on brokers and workers more than they compute
+JOBS ?= 3
 test: install tools
 	$(BIN)/pytest -n $(JOBS) --dist loadgroup -m "not slow" --cov=processor.engine --cov-branch --cov-report=term-missing:skip-covered --cov-fail-under=95 --durations=20
 
