@@ -3,6 +3,9 @@
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+from tests.examples import examples
 
 HERE = Path(__file__).parent
 
@@ -12,3 +15,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         layer = Path(item.fspath).relative_to(HERE).parts[0]
         if layer in ("unit", "integration"):
             item.add_marker(getattr(pytest.mark, layer))
+
+
+# A property without a count of its own tries Hypothesis's default hundred, scaled the same way.
+settings.register_profile("runstate", max_examples=examples(100))
+settings.load_profile("runstate")

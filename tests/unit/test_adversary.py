@@ -49,12 +49,13 @@ from processor.trust.keyring import Keyring, SigningKey
 from schemas import Rejection, RejectionCode
 from schemas.machine import MachineSpec
 from schemas.messages import Proposal, RunSnapshot, StepStatus
+from tests.examples import examples
 
 pytestmark = pytest.mark.unit
 
 TOPICS = TopicNames.with_prefix()
 START_MS = 1_800_000_000_000
-EXAMPLES = int(os.environ.get("RUNSTATE_ADVERSARY_EXAMPLES", "300"))
+EXAMPLES = int(os.environ.get("RUNSTATE_ADVERSARY_EXAMPLES") or examples(300))
 STEPS = int(os.environ.get("RUNSTATE_ADVERSARY_STEPS", "80"))
 
 #: Every kind of key an attacker may hold: each authority, scoped by run prefix, by

@@ -17,6 +17,7 @@ from processor.client.reader import RunReader
 from processor.kafka.topics import TopicNames
 from processor.trust.keygen import new_key
 from processor.trust.keyring import Algorithm
+from tests.examples import examples
 
 pytestmark = pytest.mark.unit
 
@@ -30,7 +31,7 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(
     run_id=st.text(max_size=300),
     event=st.text(max_size=80),
@@ -55,7 +56,7 @@ def test_a_number_json_cannot_carry_is_refused_not_changed(value: float) -> None
         proposal_record(TOPICS, KEY, "r", "start", payload={"x": [1, value]})
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(url=st.one_of(st.text(max_size=40), st.from_regex(r"\A[a-zA-Z]{0,6}://.{0,30}\Z")))
 def test_a_worker_url_is_taken_or_refused_with_one_line(url: str) -> None:
     try:

@@ -23,9 +23,13 @@ from schemas.audit import (
     transition_hash,
 )
 from schemas.messages import RunSnapshot, Timer
+from tests.examples import examples
 
 PROPERTY = settings(
-    max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=examples(300),
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 MAX = 2**53 - 1
 

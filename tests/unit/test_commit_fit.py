@@ -17,6 +17,7 @@ from processor.records.outputs import CommitLimits, OutputRecord, commit_records
 from processor.records.pipeline import fit_commit
 from schemas.codes import RejectionCode
 from schemas.messages import Principal, Rejection, RunSnapshot, Timer, Transition
+from tests.examples import examples
 
 pytestmark = pytest.mark.unit
 
@@ -114,7 +115,7 @@ def test_record_bytes_bounds_kafkas_encoding(fields: tuple) -> None:  # type: ig
     assert _wire(record, timestamp_delta, offset_delta) <= record_bytes(key, value, headers)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     topic_limit=st.integers(min_value=6_000, max_value=60_000),
     share=st.floats(min_value=0.05, max_value=0.95),
@@ -170,7 +171,7 @@ def test_a_commit_is_refused_exactly_when_one_batch_of_a_topic_cannot_hold_its_r
         assert isinstance(outcome, Commit), outcome
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     payload=st.integers(min_value=0, max_value=30_000),
     max_state=st.integers(min_value=4_096, max_value=30_000),
@@ -187,7 +188,7 @@ def test_the_max_state_rule_names_the_record_and_its_limit(payload: int, max_sta
         assert "nothing changes" in outcome.detail
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     topic_limits=st.dictionaries(
         st.sampled_from(

@@ -42,6 +42,7 @@ from processor.trust.signatures import (
     verify_ed25519,
 )
 from tests import ed25519_ref as ref
+from tests.examples import examples
 from tests.vectors import VECTORS
 
 pytestmark = pytest.mark.unit
@@ -180,7 +181,7 @@ def test_the_vectors_agree_with_libsodium_but_for_the_mixed_order_key() -> None:
 messages = st.binary(max_size=300)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(which=st.sampled_from(TORSION), message=messages, s=st.integers(0, 2**256 - 1))
 def test_no_small_order_key_loads_or_verifies(
     which: tuple[bytes, int, str], message: bytes, s: int
@@ -195,7 +196,7 @@ def test_no_small_order_key_loads_or_verifies(
         assert not verify_ed25519(raw.hex(), message, (r + s.to_bytes(32, "little")).hex())
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(y=st.integers(ref.P, 2**255 - 1), sign=st.integers(0, 1), message=messages)
 def test_no_non_canonical_key_loads_or_verifies(y: int, sign: int, message: bytes) -> None:
     raw = (y | sign << 255).to_bytes(32, "little")
@@ -206,7 +207,7 @@ def test_no_non_canonical_key_loads_or_verifies(y: int, sign: int, message: byte
     assert not verify_ed25519(raw.hex(), message, signature.hex())
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(
     seed=st.binary(min_size=32, max_size=32),
     torsion=st.sampled_from([t for t in TORSION_POINTS if t != ref.IDENTITY]),
@@ -222,7 +223,7 @@ def test_no_mixed_order_key_loads_or_verifies(
     assert not verify_ed25519(public.hex(), message, made.hex())
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(raw=st.binary(min_size=32, max_size=32))
 def test_a_key_loads_exactly_when_it_is_a_canonical_prime_order_point(raw: bytes) -> None:
     """Any 32 bytes: the rule against the reference's own arithmetic."""
@@ -237,7 +238,7 @@ def test_a_key_loads_exactly_when_it_is_a_canonical_prime_order_point(raw: bytes
     assert _loads(raw.hex()) == expected
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(seed=st.binary(min_size=32, max_size=32), message=messages, add=st.integers(0, 2**256))
 def test_s_at_or_past_l_never_verifies(seed: bytes, message: bytes, add: int) -> None:
     public = ed25519_public_key(seed.hex())
@@ -251,7 +252,7 @@ def test_s_at_or_past_l_never_verifies(seed: bytes, message: bytes, add: int) ->
     assert not verify_ed25519(public, message, bad.hex())
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(seed=st.binary(min_size=32, max_size=32), message=messages)
 def test_the_key_holders_small_order_r_never_verifies(seed: bytes, message: bytes) -> None:
     made = ref.sign_with_identity_r(seed, message)
@@ -261,7 +262,7 @@ def test_the_key_holders_small_order_r_never_verifies(seed: bytes, message: byte
 
 
 @pytest.mark.skipif(_libsodium() is None, reason="libsodium is not installed")
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     seed=st.binary(min_size=32, max_size=32),
     message=messages,
@@ -317,7 +318,7 @@ def test_a_keyring_file_with_a_small_order_key_fails_at_load(tmp_path: Path) -> 
         load_keyring(None, ring.read_text(encoding="utf-8"))
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(seed=st.binary(min_size=32, max_size=32))
 def test_a_signing_keys_public_half_always_loads(seed: bytes) -> None:
     """A private key's public half is a prime-order point other than the identity: a

@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.examples import examples
 from tests.faults.arrivals import recovery_seconds
 
 pytestmark = pytest.mark.unit
@@ -24,7 +25,7 @@ def _stream(start: float, end: float, stalls: list[tuple[float, float]]) -> list
     return out
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     partitions=st.integers(1, 4),
     fault=st.floats(5.0, 40.0),

@@ -18,6 +18,7 @@ from processor.client import InvalidArgument, Rejected
 from processor.client import langgraph_records as lr
 from processor.client.langgraph import RunstateSaver
 from processor.testing import RunstateEnvironment
+from tests.examples import examples
 
 
 class State(TypedDict):
@@ -163,7 +164,7 @@ def test_the_async_api_with_an_async_client() -> None:
         saver.get_tuple(thread("t-6"))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(st.binary(max_size=150_000), min_size=1, max_size=3),
     st.text(max_size=40),
@@ -221,7 +222,7 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.one_of(json_values, st.builds(lambda r: {lr.KEY: r}, json_values))))
 def test_any_history_reads_as_a_thread_never_an_error(datas: list[Any]) -> None:
     valid = lr.checkpoint_record("", "c1", None, ("json", b"{}"), ("json", b"{}"))[1]

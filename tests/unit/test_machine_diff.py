@@ -18,6 +18,7 @@ from processor.cli.main import cli
 from processor.history.machine_diff import BREAKING, COMPATIBLE, diff
 from processor.machines import BUILTIN_NAMES, builtin_machines, builtin_source
 from schemas.machine import MachineSpec
+from tests.examples import examples
 
 Spec = dict[str, Any]
 Draw = Callable[..., Any]
@@ -254,7 +255,7 @@ def test_identical_machines_report_nothing() -> None:
         assert diff(machine, spec(base(name))) == []
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@settings(max_examples=examples(300), suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(
     name=st.sampled_from(BUILTIN_NAMES),
     mutation=st.sampled_from(BREAKING_MUTATIONS),
@@ -291,7 +292,7 @@ def test_every_breaking_mutation_is_reported_breaking(
             assert named in change.description, change
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     name=st.sampled_from(BUILTIN_NAMES),
     mutations=st.lists(st.sampled_from(COMPATIBLE_MUTATIONS), min_size=1, max_size=4),

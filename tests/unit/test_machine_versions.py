@@ -16,6 +16,7 @@ from processor.history.replay import apply_transitions
 from processor.machines import builtin_history, builtin_machines, builtin_source, load_catalog
 from schemas.codes import RejectionCode
 from schemas.messages import Rejection
+from tests.examples import examples
 from tests.unit.driver import APPROVER, OPERATOR, TOOL, Driver
 
 pytestmark = pytest.mark.unit
@@ -192,7 +193,7 @@ _prefixes = st.none() | st.lists(st.sampled_from(["", "m", "mig", "x-"]), max_si
 _machines = st.none() | st.lists(st.sampled_from(["task_lifecycle", "run_state"]), max_size=2)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     key_id=st.sampled_from(["runtime", "operator", "ops-1"]),
     machines=_machines,

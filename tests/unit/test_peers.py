@@ -20,6 +20,7 @@ from processor.kafka.partitioning import partition_for
 from processor.serving import peers, run_reads
 from processor.serving.peers import Peer, origin
 from processor.trust.http_auth import HttpTokens
+from tests.examples import examples
 from tests.unit.test_api import FakeNode, get
 
 pytestmark = pytest.mark.unit
@@ -127,7 +128,7 @@ def hostile_urls(good_port: int, evil_port: int) -> st.SearchStrategy[str]:
 
 
 @settings(
-    max_examples=300,
+    max_examples=examples(300),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
@@ -220,7 +221,7 @@ def test_a_redirect_from_a_configured_peer_is_not_followed(
     assert body["missing_partitions"] == [1, 2]  # as a peer that did not answer
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(advertised=hostile_urls(8080, 6666))
 def test_the_inspector_redirects_a_browser_to_configured_peers_only(advertised: str) -> None:
     node = FakeNode(
@@ -237,7 +238,7 @@ def test_the_inspector_redirects_a_browser_to_configured_peers_only(advertised: 
         assert status == 503
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     scheme=st.sampled_from(["http", "HTTP", "Http"]),
     host=st.sampled_from(["worker-2", "WORKER-2", "worker-2."]),
@@ -278,7 +279,7 @@ def _run_in(partition: int, count: int = 3) -> str:
 
 
 @settings(
-    max_examples=300,
+    max_examples=examples(300),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )

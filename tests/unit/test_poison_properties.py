@@ -67,6 +67,7 @@ from schemas.messages import (
     StepStatus,
     Transition,
 )
+from tests.examples import examples
 
 NOW = 1_800_000_000_000
 FAR_FUTURE = 2**62
@@ -552,7 +553,7 @@ def check_outcome(
     )
 
 
-@settings(PROPERTY, max_examples=60)
+@settings(PROPERTY, max_examples=examples(60))
 @given(data=st.data())
 def test_no_record_stops_the_pipeline(data: st.DataObject) -> None:
     max_bytes = data.draw(st.sampled_from([600, 2_000, 6_000]), label="max_bytes")
@@ -950,7 +951,7 @@ def _propose(
     return outcome
 
 
-@settings(PROPERTY, max_examples=40)
+@settings(PROPERTY, max_examples=examples(40))
 @given(
     run_ids=st.lists(valid_run_ids, min_size=1, max_size=6, unique=True),
     invalid=st.lists(st.sampled_from(INVALID_RUN_IDS), max_size=2, unique=True),

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from processor.engine import Commit, Machine, decide
 from processor.machines import BUILTIN_NAMES, builtin_machines
 from schemas import Principal, Proposal, Rejection, RunSnapshot
+from tests.examples import examples
 
 MACHINES = builtin_machines()
 PRINCIPALS = [
@@ -67,7 +68,7 @@ def proposals(draw: st.DrawFn, machine: Machine) -> tuple[list[tuple[Proposal, P
 
 
 @pytest.mark.parametrize("name", BUILTIN_NAMES)
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_random_sequences_keep_the_invariants(name: str, data: st.DataObject) -> None:
     machine = MACHINES[name]

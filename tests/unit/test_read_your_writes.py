@@ -21,6 +21,7 @@ from processor.serving import catch_up
 from processor.serving.node import RunRecord
 from processor.serving.read_fence import ReadFence
 from schemas.messages import RunSnapshot, Transition
+from tests.examples import examples
 from tests.unit.driver import Driver
 from tests.unit.test_api import FakeNode, M, get, served_over_http
 
@@ -125,7 +126,7 @@ def _play(
     return stale
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(examples(6, least=2)))
 def test_a_reader_never_reads_older_than_the_transition_it_was_shown(
     seed: int, quick: None
 ) -> None:
@@ -232,7 +233,7 @@ class ApplyingLater(LaggingNode):
         return RunRecord(snapshot, transitions if history else ())
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", range(examples(3, least=1)))
 def test_a_reader_that_saw_nothing_still_reads_every_commit_before_it(seed: int) -> None:
     """An agent restarted after a crash has seen nothing, yet its read must show the
     transition it wrote just before: the read waits for the commits under way."""

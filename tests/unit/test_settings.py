@@ -16,6 +16,7 @@ from processor.cli.flags import is_flag, settings_options
 from processor.cli.main import cli
 from processor.runtimes.settings import WorkerSettings
 from processor.settings import env_name
+from tests.examples import examples
 
 pytestmark = pytest.mark.unit
 
@@ -102,7 +103,7 @@ VALUES = st.integers(-(2**20), 2**20) | st.text(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(name=st.sampled_from(INTEGERS), value=VALUES)
 def test_a_flag_and_its_variable_accept_and_refuse_the_same_values(
     name: str, value: object

@@ -9,6 +9,7 @@ from processor.records.intake import Credential, Unproven, authenticate
 from processor.trust.keyring import Keyring, SigningKey
 from processor.trust.signatures import HEADER_SIGNED_AT, ed25519_public_key
 from schemas.codes import RejectionCode
+from tests.examples import examples
 
 pytestmark = pytest.mark.unit
 
@@ -42,7 +43,7 @@ def _flip(data: bytes, at: int, bit: int) -> bytes:
     return data[:i] + bytes([data[i] ^ (1 << bit)]) + data[i + 1 :]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     signer=st.sampled_from(SIGNERS),
     topic=topics,

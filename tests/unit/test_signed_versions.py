@@ -20,6 +20,7 @@ from processor.trust.keygen import generate_keys, new_key
 from processor.trust.keyring import Keyring, SigningKey
 from processor.trust.signatures import Algorithm
 from schemas.messages import Principal, Proposal, Transition
+from tests.examples import examples
 
 pytestmark = pytest.mark.unit
 
@@ -57,7 +58,7 @@ def _signed(machine: Machine, signer: SigningKey, signed_at: int) -> tuple[bytes
 labels = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), max_size=30)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(label=labels, operator=st.sampled_from(OPERATORS), age=st.integers(0, 10 * YEAR_MS))
 def test_an_operators_signature_makes_a_version_take_effect_however_old(
     label: str, operator: str, age: int
@@ -69,7 +70,7 @@ def test_an_operators_signature_makes_a_version_take_effect_however_old(
     assert checked[0].version == machine.version and checked[1] is True
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(label=labels, key_id=st.sampled_from(NOT_OPERATORS))
 def test_a_key_that_is_not_an_operators_is_refused(label: str, key_id: str) -> None:
     key, value, headers = _signed(_version(label), SIGNERS[key_id], NOW)
@@ -78,7 +79,7 @@ def test_a_key_that_is_not_an_operators_is_refused(label: str, key_id: str) -> N
     assert f"'{key_id}'" in refused
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(label=labels, drop=st.sets(st.integers(0, 2), min_size=1))
 def test_an_unsigned_version_is_refused(label: str, drop: set[int]) -> None:
     key, value, headers = _signed(_version(label), SIGNERS["operator"], NOW)
@@ -87,7 +88,7 @@ def test_an_unsigned_version_is_refused(label: str, drop: set[int]) -> None:
     assert isinstance(refused, str) and "machines publish" in refused
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(label=labels, operator=st.sampled_from(OPERATORS), other=st.sampled_from(OPERATORS))
 def test_a_signature_under_an_operators_key_id_by_another_key_is_refused(
     label: str, operator: str, other: str
@@ -104,7 +105,7 @@ def test_a_signature_under_an_operators_key_id_by_another_key_is_refused(
     assert isinstance(refused, str) and "bad signature" in refused
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(signed=labels, published=labels, operator=st.sampled_from(OPERATORS))
 def test_a_value_other_than_the_one_signed_is_refused(
     signed: str, published: str, operator: str
@@ -123,7 +124,7 @@ def test_a_value_other_than_the_one_signed_is_refused(
     assert isinstance(check_version("other.machines", key, value, headers, NOW, KEYRING), str)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     operator=st.sampled_from(OPERATORS),
     revoked_in=st.integers(-YEAR_MS, YEAR_MS),
@@ -162,7 +163,7 @@ def test_no_keyring_takes_only_the_versions_held_here() -> None:
     assert isinstance(check_version(TOPIC, key, value, headers, NOW, None), str)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(key_id=st.sampled_from([None, *NOT_OPERATORS]), keyless=st.booleans())
 def test_a_shipped_version_takes_effect_unsigned_or_signed_by_anyone(
     key_id: str | None, keyless: bool

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from processor.runtimes.native.snapshot_cache import SnapshotCache
 from schemas.messages import RunSnapshot
+from tests.examples import examples
 from tests.unit.driver import APPROVER, MODEL, RUNTIME, TOOL, Driver
 
 pytestmark = pytest.mark.unit
@@ -45,7 +46,7 @@ def _snapshots(seed: int, runs: int) -> list[RunSnapshot]:
 _SNAPSHOTS = [s for s in _snapshots(17, 12)][:8]
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), read_back=st.booleans())
 def test_a_cached_snapshot_reads_as_it_was_put(seed: int, read_back: bool) -> None:
     cache = SnapshotCache(1_000)
@@ -148,7 +149,7 @@ class _Clock:
         return self.now
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(
     capacity=st.integers(1, 6),
     ops=st.lists(

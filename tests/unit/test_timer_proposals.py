@@ -19,6 +19,7 @@ from processor.records.punctuator import Punctuator
 from processor.trust.keyring import SigningKey
 from schemas import Proposal, RejectionCode
 from schemas.messages import Rejection
+from tests.examples import examples
 from tests.unit.driver import APPROVER, MODEL, RUNTIME, TOOL, Driver
 
 MACHINES = builtin_machines()
@@ -151,7 +152,7 @@ def _hostile(draw: st.DrawFn, run_id: str, revision: int) -> dict[str, Any]:
     }
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), machine=st.sampled_from(sorted(MACHINES)))
 def test_no_metadata_or_id_crashes_decide_or_takes_a_deadlines_id(
     data: st.DataObject, machine: str

@@ -14,6 +14,7 @@ from processor.records.intake import TimestampType, untrusted_time
 from processor.records.pipeline import Admitted, DeadLetterReason, admit_record, decide_record
 from processor.trust.keygen import generate_keyring
 from processor.trust.keyring import signing_keys
+from tests.examples import examples
 
 pytestmark = pytest.mark.unit
 
@@ -62,7 +63,7 @@ def test_each_clients_numbering_maps_to_who_set_the_time() -> None:
         assert TimestampType.of_kafka(absent) is TimestampType.NOT_AVAILABLE
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(code=st.one_of(st.none(), st.integers(-(2**31), 2**31)))
 def test_an_unknown_code_is_never_taken_for_the_brokers_time(code: int | None) -> None:
     """Fail closed: only the one code each client uses for LogAppendTime is trusted."""
@@ -70,7 +71,7 @@ def test_an_unknown_code_is_never_taken_for_the_brokers_time(code: int | None) -
     assert (TimestampType.of_kafka(code) is TimestampType.LOG_APPEND_TIME) == (code == 1)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     timestamp_type=st.sampled_from([TimestampType.CREATE_TIME, TimestampType.NOT_AVAILABLE]),
     age_ms=st.integers(-(10**12), 10**12),  # a replayed signature, or one from the future
@@ -120,7 +121,7 @@ def test_a_record_not_stamped_by_the_broker_is_dead_lettered_with_what_to_fix(
     assert admitted == outcome
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     age_ms=st.integers(-10_000, 10**9),
     run_id=st.from_regex(r"[a-z][a-z0-9-]{0,20}", fullmatch=True),

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from processor.observe import traces
 from processor.testing import RunstateEnvironment
 from schemas.messages import Rejection, Transition
+from tests.examples import examples
 from tests.tracing import agent_spans, file_spans, hex_id
 
 
@@ -117,7 +118,7 @@ header_values = st.one_of(
 VALID = b"00-00000000000000000000000000000001-0000000000000001-01"
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.lists(st.tuples(header_names, header_values), max_size=6))
 @example([("traceparent", VALID), ("tracestate", b"\x80")])
 @example([("traceparent", VALID), ("tracestate", "k=" + "v" * 600)])
