@@ -5,6 +5,10 @@ ARG BASE=python:3.11-slim
 FROM ${BASE}
 # Extra CAs for a TLS-intercepting proxy between the build and PyPI (deploy/images/ca).
 COPY deploy/images/ca/ /usr/local/share/ca-certificates/
+# Graphviz lays out the inspector's machine diagrams (processor/serving/graphviz.py).
+RUN apt-get update -qq \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends graphviz \
+ && rm -rf /var/lib/apt/lists/*
 RUN update-ca-certificates >/dev/null \
  && useradd --system --uid 10001 --create-home --shell /usr/sbin/nologin runstate \
  && mkdir -p /state /keys /http-auth \

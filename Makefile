@@ -18,10 +18,11 @@ $(STAMP): pyproject.toml
 ## install: a virtualenv in .venv with runstate, its worker extra and its dev tools
 install: $(STAMP)
 
-## tools: what the tests run besides Python: promtool (alert rules) and headless Chromium
-## with its driver (the inspector's browser test), from Debian's packages when missing;
+## tools: what the tests run besides Python: promtool (alert rules), headless Chromium
+## with its driver (the inspector's browser tests) and Graphviz (its diagrams' layout),
+## from Debian's packages when missing;
 ## and the second wire implementation's packages (tests/node: npm ci, when node is here)
-TOOLS := promtool:prometheus chromium:chromium chromedriver:chromium-driver
+TOOLS := promtool:prometheus chromium:chromium chromedriver:chromium-driver dot:graphviz
 NODE_STAMP := tests/node/node_modules/.installed
 tools: $(NODE_STAMP)
 	@missing=""; for pair in $(TOOLS); do \

@@ -3,8 +3,8 @@ runs of every machine by state across the cluster; a state's page (GET
 /inspect?state=S[&machine=M]) lists its runs, longest there first; a run's page (GET
 /inspect?run=<run_id>) shows the run.
 
-The run's machine is drawn as a state diagram (states in columns by their distance from
-the initial state), with the path the run took and the state it is in now; below it,
+The run's machine is drawn as a state diagram (diagram.py: laid out by Graphviz where it
+is installed), with the path the run took and the state it is in now; below it,
 the transition timeline (who proposed what, when, and the refusals, where the runtime
 keeps them: the Faust runtime does not), the step ledger and the deadlines. Pure: data
 in, HTML out; no script, no external assets (the page works where no CDN is reachable)."""
@@ -17,10 +17,9 @@ from typing import Any
 from urllib.parse import urlencode
 
 from processor.engine import Machine
+from processor.serving.diagram import FONT, Layout, columns, svg
 from processor.times import duration
 from schemas.messages import Rejection, RunSnapshot, Transition
-
-_BOX_W, _BOX_H, _COL, _ROW, _PAD = 150, 40, 210, 70, 20
 
 _STYLE = """
 body { font: 14px system-ui, sans-serif; margin: 24px; color: #1f2328; }
@@ -35,12 +34,12 @@ svg .state rect { fill: #f6f8fa; stroke: #8c959f; stroke-width: 1.5; }
 svg .state.visited rect { fill: #ddf4ff; stroke: #0969da; }
 svg .state.current rect { fill: #0969da; stroke: #0550ae; stroke-width: 3; }
 svg .state.current text { fill: #ffffff; font-weight: 600; }
-svg .state text { font: 13px system-ui, sans-serif; }
+svg .state text { font: 13px $FONT; }
 svg .edge { stroke: #afb8c1; stroke-width: 1.2; fill: none; }
 svg .edge.taken { stroke: #0969da; stroke-width: 2.5; }
-svg .label { font: 11px system-ui, sans-serif; fill: #656d76; }
-svg .label.taken { fill: #0550ae; font-weight: 600; }
-"""
+svg text.label { font: 11px $FONT; fill: #656d76; }
+svg text.label.taken { fill: #0550ae; font-weight: 600; }
+""".replace("$FONT", FONT)
 
 
 def _time(ms: int) -> str:
@@ -49,99 +48,6 @@ def _time(ms: int) -> str:
 
 def _duration(ms: int) -> str:
     return duration(ms, " ")
-
-
-def _layout(machine: Machine) -> dict[str, tuple[int, int]]:
-    """Each state's top-left corner: columns by breadth-first distance from the initial
-    state, rows in the order the machine file lists them."""
-    states = list(machine.spec.states)
-    depth = {machine.spec.initial: 0}
-    frontier = [machine.spec.initial]
-    while frontier:
-        following = []
-        for source in frontier:
-            for (src, _), edge in machine.edges.items():
-                if src == source and edge.target not in depth:
-                    depth[edge.target] = depth[source] + 1
-                    following.append(edge.target)
-        frontier = following
-    last = max(depth.values(), default=0)
-    rows: dict[int, int] = {}
-    where = {}
-    for state in states:
-        # Ends in a column of their own at the right, unreachable states after them.
-        if state in machine.terminal and state != machine.spec.initial:
-            column = last + 1
-        else:
-            column = depth.get(state, last + 2)
-        row = rows.get(column, 0)
-        rows[column] = row + 1
-        where[state] = (_PAD + column * _COL, _PAD + row * _ROW)
-    return where
-
-
-def diagram(machine: Machine, path: Sequence[Transition], current: str | None) -> str:
-    where = _layout(machine)
-    visited = {t.to_state for t in path} | {t.from_state for t in path if t.from_state}
-    taken = {(t.from_state, t.event) for t in path}
-    width = max(x for x, _ in where.values()) + _BOX_W + _PAD + 120
-    height = max(y for _, y in where.values()) + _BOX_H + _PAD + 60
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'role="img" aria-label="state diagram of {escape(machine.name)}">',
-        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" '
-        'markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" '
-        'fill="#8c959f"/></marker></defs>',
-    ]
-    for (source, event), edge in machine.edges.items():
-        sx, sy = (float(v) for v in where[source])
-        tx, ty = (float(v) for v in where[edge.target])
-        cls = "edge taken" if (source, event) in taken else "edge"
-        label_cls = "label taken" if (source, event) in taken else "label"
-        if source == edge.target:  # a loop above the box
-            x0, y0 = sx + _BOX_W - 30, sy
-            d = f"M{x0},{y0} C{x0 - 10},{y0 - 30} {x0 + 30},{y0 - 30} {x0 + 20},{y0}"
-            lx, ly = x0 + 5, y0 - 24
-        else:
-            x0, y0 = sx + _BOX_W, sy + _BOX_H / 2
-            x1, y1 = tx, ty + _BOX_H / 2
-            if tx == sx:  # same column: a bow out to the right of both boxes
-                x0 = x1 = sx + _BOX_W
-                bow = x0 + 30 + abs(ty - sy) / 4
-                d = f"M{x0},{y0} C{bow},{y0} {bow},{y1} {x1 + 2},{y1}"
-                lx, ly = bow - 6, (y0 + y1) / 2
-            elif tx < sx:  # backwards: leave from the bottom, arrive at the bottom
-                x0, y0 = sx + _BOX_W / 2, sy + _BOX_H
-                x1, y1 = tx + _BOX_W / 2, ty + _BOX_H
-                bend = max(y0, y1) + 30
-                d = f"M{x0},{y0} C{x0},{bend} {x1},{bend} {x1},{y1}"
-                lx, ly = (x0 + x1) / 2, bend - 4
-            else:
-                d = f"M{x0},{y0} L{x1},{y1}"
-                lx, ly = (x0 + x1) / 2, (y0 + y1) / 2 - 4
-        parts.append(
-            f'<path class="{cls}" d="{d}" marker-end="url(#arrow)" '
-            f'data-edge="{escape(source)}:{escape(event)}"/>'
-        )
-        parts.append(
-            f'<text class="{label_cls}" x="{lx:.0f}" y="{ly:.0f}" text-anchor="middle">'
-            f"{escape(event)}</text>"
-        )
-    for state, (x, y) in where.items():
-        cls = "state"
-        if state in visited:
-            cls += " visited"
-        if state == current:
-            cls += " current"
-        terminal = " (end)" if state in machine.terminal else ""
-        parts.append(
-            f'<g class="{cls}" data-state="{escape(state)}">'
-            f'<rect x="{x}" y="{y}" width="{_BOX_W}" height="{_BOX_H}" rx="8"/>'
-            f'<text x="{x + _BOX_W / 2}" y="{y + _BOX_H / 2 + 4}" text-anchor="middle">'
-            f"{escape(state)}{terminal}</text></g>"
-        )
-    parts.append("</svg>")
-    return "".join(parts)
 
 
 def _timeline(history: Sequence[Transition], refusals: Sequence[Rejection]) -> str:
@@ -306,9 +212,10 @@ def page(
     refusals: Sequence[Rejection] | None,
     now_ms: int,
     problem: str | None = None,
+    layout: Layout | None = None,
 ) -> str:
-    """The inspector page for `run_id`; `refusals` None: this worker keeps none, and
-    the page says so."""
+    """The inspector page for `run_id`, its diagram drawn in `layout` (the machine's
+    columns when None); `refusals` None: this worker keeps none, and the page says so."""
     head = _head(run_id or "inspector", run_id)
     if problem is not None or snapshot is None or machine is None:
         why = problem or f"No run '{run_id}'."
@@ -331,7 +238,7 @@ def page(
         head
         + summary
         + "<h2>Machine</h2>"
-        + diagram(machine, history, snapshot.state)
+        + svg(machine, layout or columns(machine), history, snapshot.state)
         + f"<h2>Timeline</h2><p class=muted>{len(history)} transitions, {counted}</p>"
         + _timeline(history, refusals or ())
         + "<h2>Step ledger</h2>"

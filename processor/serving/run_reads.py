@@ -14,6 +14,7 @@ from processor.kafka.partitioning import partition_for
 from processor.serving import inspector, peers
 from processor.serving.answers import JSON, Answer, html_answer, json_answer
 from processor.serving.catch_up import CATCH_UP_S, caught_up, wait_for_fence
+from processor.serving.graphviz import laid_out
 from processor.serving.node import Node, RunRecord
 
 log = logging.getLogger("runstate.http")
@@ -122,7 +123,10 @@ def inspector_page(node: Node, run_id: str) -> Answer:
     snapshot = record.snapshot
     machine = node.machines.get(snapshot.machine) if snapshot is not None else None
     status = 200 if snapshot is not None else 404
-    page = inspector.page(run_id, machine, snapshot, record.history, record.refusals, now_ms)
+    layout = laid_out(machine) if machine is not None else None
+    page = inspector.page(
+        run_id, machine, snapshot, record.history, record.refusals, now_ms, layout=layout
+    )
     return html_answer(status, page)
 
 
