@@ -14,9 +14,11 @@ GET /readyz                  200 when the worker is in its group with every assi
                              partition's state ready to serve, else 503 with what it
                              waits for (each runtime says what that means: `Node.waiting`)
 GET /metrics                 Prometheus metrics (processor/observe/metrics.py)
-GET /runs?state=S[&machine=M][&limit=N][&after=CURSOR]
+GET /runs?state=S[&machine=M][&limit=N][&after=CURSOR][&order=newest]
                              runs in a state across the cluster, longest there first
-                             (local=1: this worker's partitions only)
+                             (order=newest: the latest to enter first; without a
+                             state, in any state: the cluster's recent changes;
+                             local=1: this worker's partitions only)
 GET /stats                   runs per machine and state across the cluster, and the
                              oldest entry in each (local=1: this worker's only)
 GET /inspect                 the inspector (HTML): the runs by machine and state across

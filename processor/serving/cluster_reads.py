@@ -32,9 +32,13 @@ def runs_across(
 ) -> Answer | tuple[list[dict[str, Any]], str | None, list[int]]:
     """The runs in `params`' state across the cluster, a page of them (or, with local=1,
     this worker's part as the answer); ValueError for parameters that are no query."""
-    state = params.get("state")
-    if not state:
-        raise ValueError("give a state: /runs?state=paused[&machine=...]")
+    state = params.get("state") or None
+    order = params.get("order", "longest")
+    if order not in ("longest", "newest"):
+        raise ValueError("order is longest (longest in the state first) or newest")
+    newest = order == "newest"
+    if state is None and not newest:
+        raise ValueError("give a state: /runs?state=paused[&machine=...], or order=newest")
     limit = int(params.get("limit", "100"))
     if not 1 <= limit <= 1000:
         raise ValueError("limit must be 1 to 1000")
@@ -48,12 +52,12 @@ def runs_across(
             "entered_state_at_ms": r.entered_ms,
             "time_in_state_ms": max(0, now_ms - r.entered_ms),
         }
-        for r in node.runs_in_state(params.get("machine"), state, after, limit)
+        for r in node.runs_in_state(params.get("machine"), state, after, limit, newest)
     ]
     if params.get("local") == "1":
         return json_answer(200, {"items": local, "partitions": node.owned()})
     pages, missing = _cluster(node, "/runs", params, local)
-    runs, cursor = peers.merge_runs(pages, limit)
+    runs, cursor = peers.merge_runs(pages, limit, newest)
     return runs, cursor, missing
 
 

@@ -142,9 +142,15 @@ def _missing(missing: Sequence[int]) -> str:
     )
 
 
-def landing(states: Sequence[dict[str, Any]], missing: Sequence[int], now_ms: int) -> str:
+def landing(
+    states: Sequence[dict[str, Any]],
+    recent: Sequence[dict[str, Any]],
+    missing: Sequence[int],
+    now_ms: int,
+) -> str:
     """Where the inspector starts: the runs of every machine by state, across the
-    cluster, how long the oldest has been there, each state a link to its runs."""
+    cluster, how long the oldest has been there, each state a link to its runs; and the
+    recent changes, the runs that entered their state last, each a link to its page."""
     rows = []
     for row in states:
         machine, state, runs = row["machine"], row["state"], row["runs"]
@@ -161,7 +167,28 @@ def landing(states: Sequence[dict[str, Any]], missing: Sequence[int], now_ms: in
         if rows
         else '<p class="muted">No runs yet.</p>'
     )
-    return _head("runs") + "<h1>Runs by state</h1>" + _missing(missing) + table + "</body></html>"
+    changes = "".join(
+        f'<tr><td><a href="/inspect?{escape(urlencode({"run": r["run_id"]}))}">'
+        f"{escape(r['run_id'])}</a></td><td>{escape(r['machine'])}</td>"
+        f"<td>{escape(r['state'])}</td><td>{_time(r['entered_state_at_ms'])}</td>"
+        f"<td>{_duration(max(0, now_ms - r['entered_state_at_ms']))} ago</td></tr>"
+        for r in recent
+    )
+    changed = (
+        '<table id="recent"><tr><th>run</th><th>machine</th><th>entered</th>'
+        "<th>at (UTC)</th><th></th></tr>" + changes + "</table>"
+        if changes
+        else '<p class="muted">No changes yet.</p>'
+    )
+    return (
+        _head("runs")
+        + "<h1>Runs by state</h1>"
+        + _missing(missing)
+        + table
+        + "<h2>Recent changes</h2>"
+        + changed
+        + "</body></html>"
+    )
 
 
 def state_runs(

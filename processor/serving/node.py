@@ -59,9 +59,15 @@ class Node(Protocol):
         and refusals only when `history` (they cost more)."""
 
     def runs_in_state(
-        self, machine: str | None, state: str, after: tuple[int, str] | None, limit: int
+        self,
+        machine: str | None,
+        state: str | None,
+        after: tuple[int, str] | None,
+        limit: int,
+        newest: bool = False,
     ) -> Sequence[peers.RunInState]:
-        """The owned runs in `state`, longest there first, at most `limit` after `after`."""
+        """The owned runs in `state` (any state: None), longest there first (`newest`:
+        the latest to enter first), at most `limit` after `after`."""
 
     def local_stats(self) -> list[peers.StateStats]:
         """Runs per machine and state over the owned partitions, every state included."""

@@ -1,6 +1,7 @@
 """The inspector's pages (GET /inspect, and / too): with ?run= a run's page
 (run_reads.py); with ?state= the runs in that state; else the landing page, the runs of
-every machine by state. Both lists are the cluster's (cluster_reads.py)."""
+every machine by state and the recent changes (the runs that entered their state last).
+Every list is the cluster's (cluster_reads.py)."""
 
 import time
 
@@ -13,6 +14,8 @@ from processor.serving.run_reads import inspector_page
 
 #: Runs a state's page lists at once (a link leads to the next).
 PAGE = 50
+#: The recent changes the landing page lists: the runs that entered their state last.
+RECENT = 20
 
 
 def overview(node: Node, params: dict[str, str]) -> Answer:
@@ -24,7 +27,10 @@ def overview(node: Node, params: dict[str, str]) -> Answer:
     state = params.get("state", "").strip()
     if not state:
         states, missing = stats_across(node, {})
-        return html_answer(200, inspector.landing(states, missing, int(time.time() * 1000)))
+        found = runs_across(node, {"order": "newest", "limit": str(RECENT)})
+        recent = found[0] if isinstance(found, tuple) else []
+        now_ms = int(time.time() * 1000)
+        return html_answer(200, inspector.landing(states, recent, missing, now_ms))
     machine = params.get("machine") or None
     query = {"state": state, "limit": str(PAGE)}
     for name, value in (("machine", machine), ("after", params.get("after"))):

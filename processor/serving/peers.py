@@ -235,13 +235,15 @@ def fetch(
 
 
 def merge_runs(
-    pages: Iterable[list[dict[str, Any]]], limit: int
+    pages: Iterable[list[dict[str, Any]]], limit: int, newest: bool = False
 ) -> tuple[list[dict[str, Any]], str | None]:
-    """Pages of runs (each ordered longest in state first) as one page of `limit`, and
-    the cursor of the page after it (None at the end)."""
+    """Pages of runs (each ordered longest in state first, or with `newest` the latest
+    to enter first) as one page of `limit`, and the cursor of the page after it (None at
+    the end)."""
     runs = sorted(
         (run for page in pages for run in page),
         key=lambda r: (r["entered_state_at_ms"], r["run_id"]),
+        reverse=newest,
     )[:limit]
     cursor = None
     if len(runs) == limit and runs:

@@ -275,6 +275,16 @@ def test_runs_by_state_across_workers_from_either_worker(env: Env, runtime: str)
                 if after is None:
                     break
             assert [r["run_id"] for r in pages] == paused  # paused in this order
+            newest, after = [], None
+            while True:  # the recent changes: every run, the latest to enter its state first
+                query = "/runs?order=newest&limit=3" + (f"&after={after}" if after else "")
+                page = worker.get(query)
+                newest += page["runs"]
+                after = page["next"]
+                if after is None:
+                    break
+            # each paused run paused after every run had started; the running ones started last
+            assert [r["run_id"] for r in newest] == [*paused[::-1], *running[::-1]]
             assert all(r["state"] == "paused" and r["time_in_state_ms"] >= 0 for r in pages)
             stats = {(s["machine"], s["state"]): s["runs"] for s in worker.get("/stats")["states"]}
             assert stats[(M, "paused")] == 6 and stats[(M, "running")] == 2
@@ -410,6 +420,7 @@ def test_faust_probes_and_inspector(env: Env) -> None:
         status, body, _ = _status(worker.url + "/")  # the landing page, not Faust's index
         assert status == 200 and b'name="run"' in body and b'id="states"' in body
         assert b'href="/inspect?state=paused&amp;machine=task_lifecycle"' in body
+        assert b'<table id="recent">' in body and b'href="/inspect?run=i1"' in body
         assert _status(worker.url + "/router")[0] == 404  # Faust's own pages are not served
     finally:
         client.close()

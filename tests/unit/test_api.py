@@ -72,13 +72,26 @@ class FakeNode:
         return RunRecord(snapshot, driver.history, refusals)
 
     def runs_in_state(
-        self, machine: str | None, state: str, after: tuple[int, str] | None, limit: int
+        self,
+        machine: str | None,
+        state: str | None,
+        after: tuple[int, str] | None,
+        limit: int,
+        newest: bool = False,
     ) -> list[Row]:
         found = sorted(
-            (r for r in self.rows if r.state == state and machine in (None, r.machine)),
+            (r for r in self.rows if state in (None, r.state) and machine in (None, r.machine)),
             key=lambda r: (r.entered_ms, r.run_id),
+            reverse=newest,
         )
-        return [r for r in found if after is None or (r.entered_ms, r.run_id) > after][:limit]
+        if after is not None:
+            key = after
+            found = [
+                r
+                for r in found
+                if ((r.entered_ms, r.run_id) < key if newest else (r.entered_ms, r.run_id) > key)
+            ]
+        return found[:limit]
 
     def local_stats(self) -> list[StateStats]:
         return [(M, "paused", len(self.rows), min((r.entered_ms for r in self.rows), default=None))]
@@ -173,7 +186,8 @@ def test_health_metrics_livez_readyz() -> None:
 @pytest.mark.parametrize(
     ("query", "error"),
     [
-        ("", "give a state: /runs?state=paused[&machine=...]"),
+        ("", "give a state: /runs?state=paused[&machine=...], or order=newest"),
+        ("state=paused&order=random", "order is longest (longest in the state first) or newest"),
         ("state=paused&limit=0", "limit must be 1 to 1000"),
         ("state=paused&limit=1001", "limit must be 1 to 1000"),
         ("state=paused&after=nonsense", "after='nonsense' is not a cursor from a previous page"),
@@ -201,6 +215,11 @@ def test_runs_in_state_local_and_paged() -> None:
     assert body["missing_partitions"] == []
     status, body, _ = get(node, "/runs?state=paused&limit=2&after=20:b")
     assert [r["run_id"] for r in body["runs"]] == ["c"] and body["next"] is None
+    node.rows.append(Row(25, "d", M, "running"))
+    status, body, _ = get(node, "/runs?order=newest&limit=3")  # any state, latest first
+    assert [r["run_id"] for r in body["runs"]] == ["c", "d", "b"] and body["next"] == "20:b"
+    status, body, _ = get(node, "/runs?order=newest&limit=3&after=20:b")
+    assert [r["run_id"] for r in body["runs"]] == ["a"] and body["next"] is None
 
 
 @pytest.fixture

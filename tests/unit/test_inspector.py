@@ -40,12 +40,17 @@ def test_the_landing_page_counts_runs_by_state_and_links_each_state() -> None:
         {"machine": "m", "state": "paused", "runs": 3, "oldest_entered_ms": 1_000},
         {"machine": "m", "state": "done <b>", "runs": 0, "oldest_entered_ms": None},
     ]
-    html = landing(states, [2], 61_000)
+    recent = [
+        {"run_id": "a/b <c>", "machine": "m", "state": "paused", "entered_state_at_ms": 1_000}
+    ]
+    html = landing(states, recent, [2], 61_000)
     assert '<a href="/inspect?state=paused&amp;machine=m">paused</a>' in html
+    assert '<table id="recent">' in html and "1m 00s ago" in html
+    assert '<a href="/inspect?run=a%2Fb+%3Cc%3E">a/b &lt;c&gt;</a>' in html
     assert "<td>3</td><td>1m 00s</td>" in html
     assert "done &lt;b&gt;" in html and "state=done" not in html  # no runs: no link
     assert 'id="missing"' in html and "[2]" in html
-    assert "No runs yet." in landing([], [], 0)
+    assert "No runs yet." in landing([], [], [], 0) and "No changes yet." in landing([], [], [], 0)
 
 
 def test_a_states_page_lists_its_runs_with_links_and_the_next_page() -> None:

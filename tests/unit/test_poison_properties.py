@@ -895,6 +895,16 @@ def check_store(store: PartitionStore, model: Model, now_ms: int, page: int) -> 
             if len(found) < page:
                 break
         assert paged == expected, state
+        newest = store.in_state(MACHINE, state, None, 10_000, newest=True)
+        assert newest == expected[::-1], state
+        paged = []
+        while True:  # and from the newest back, a page at a time
+            after = None if not paged else (paged[-1].entered_ms, paged[-1].run_id)
+            found = store.in_state(MACHINE, state, after, page, newest=True)
+            paged += found
+            if len(found) < page:
+                break
+        assert paged == newest, state
     counts = Counter((s.machine, s.state) for s in model.snapshots.values())
     assert store.state_counts() == counts
 

@@ -232,6 +232,9 @@ def test_cluster_pages_merge_longest_first_with_a_cursor() -> None:
     assert [r["run_id"] for r in runs] == ["a", "b", "c"] and cursor == "3:c"
     assert parse_cursor(cursor) == (3, "c")
     assert merge_runs([[run(1, "a")]], 3) == ([run(1, "a")], None)
+    newest = [[run(5, "e"), run(1, "a")], [run(3, "c"), run(2, "b")]]  # each newest first
+    runs, cursor = merge_runs(newest, 3, newest=True)
+    assert [r["run_id"] for r in runs] == ["e", "c", "b"] and cursor == "2:b"
     with pytest.raises(ValueError):
         parse_cursor("nonsense")
     rows = merge_stats(

@@ -97,20 +97,29 @@ class StateIndex(PartitionIndexes[dict[tuple[str, str], dict[str, int]]]):
         machines: Mapping[str, Machine],
         owned: list[int],
         machine: str | None,
-        state: str,
+        state: str | None,
         after: tuple[int, str] | None,
         limit: int,
+        newest: bool = False,
     ) -> list[Entered]:
-        """Runs in `state` (of `machine`, or of any), longest there first, at most `limit`
-        after the cursor (entered_ms, run_id) `after`."""
+        """Runs in `state` (of `machine`, or of any; in any state when None), longest
+        there first (`newest`: the latest to enter first), at most `limit` after the
+        cursor (entered_ms, run_id) `after`."""
         names = [machine] if machine is not None else sorted(machines)
         found = (
             run
             for name in names
-            for run in self._runs(owned, (name, state))
-            if after is None or (run.entered_ms, run.run_id) > after
+            if name in machines
+            for s in ([state] if state is not None else machines[name].spec.states)
+            for run in self._runs(owned, (name, s))
+            if after is None
+            or (
+                (run.entered_ms, run.run_id) < after
+                if newest
+                else (run.entered_ms, run.run_id) > after
+            )
         )
-        return heapq.nsmallest(limit, found)
+        return heapq.nlargest(limit, found) if newest else heapq.nsmallest(limit, found)
 
     def stats(self, machines: Mapping[str, Machine], owned: list[int]) -> list[StateStats]:
         """(machine, state, runs, oldest entered_state_at_ms), every state of every machine."""

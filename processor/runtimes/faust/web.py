@@ -147,11 +147,16 @@ class FaustNode:
         return api.RunRecord(found, run_history(values, found.revision), refusals=None)
 
     def runs_in_state(
-        self, machine: str | None, state: str, after: tuple[int, str] | None, limit: int
+        self,
+        machine: str | None,
+        state: str | None,
+        after: tuple[int, str] | None,
+        limit: int,
+        newest: bool = False,
     ) -> list[Entered]:
         return self._on_loop(
             lambda: self.states.in_state(
-                self.machines, self._owned_now(), machine, state, after, limit
+                self.machines, self._owned_now(), machine, state, after, limit, newest
             )
         )
 

@@ -81,21 +81,29 @@ class StoreRegistry:
         self,
         machines: Mapping[str, Machine],
         machine: str | None,
-        state: str,
+        state: str | None,
         after: tuple[int, str] | None,
         limit: int,
+        newest: bool = False,
     ) -> list[InState]:
-        """The committed runs in `state` (of `machine`, or of any machine), longest there
-        first, at most `limit` after the cursor `after`."""
+        """The committed runs in `state` (of `machine`, or of any machine; in any state
+        when None), longest there first (`newest`: the latest to enter first), at most
+        `limit` after the cursor `after`."""
         names = [machine] if machine is not None else sorted(machines)
+        pairs = [
+            (name, s)
+            for name in names
+            if state is not None or name in machines
+            for s in ([state] if state is not None else machines[name].spec.states)
+        ]
         with self.lock:
             found = [
                 r
                 for store in self._stores.values()
-                for name in names
-                for r in store.in_state(name, state, after, limit)
+                for name, s in pairs
+                for r in store.in_state(name, s, after, limit, newest)
             ]
-        return sorted(found, key=lambda r: (r.entered_ms, r.run_id))[:limit]
+        return sorted(found, key=lambda r: (r.entered_ms, r.run_id), reverse=newest)[:limit]
 
     def local_stats(self, machines: Mapping[str, Machine]) -> list[StateStats]:
         """(machine, state, runs, oldest entered_state_at_ms), every state of every machine."""

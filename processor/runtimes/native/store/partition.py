@@ -185,16 +185,31 @@ class PartitionStore:
         return runs
 
     def in_state(
-        self, machine: str, state: str, after: tuple[int, str] | None, limit: int
+        self,
+        machine: str,
+        state: str,
+        after: tuple[int, str] | None,
+        limit: int,
+        newest: bool = False,
     ) -> list[InState]:
-        """Committed runs of `machine` in `state`, longest there first, from after the
-        (entered_ms, run_id) `after` on; at most `limit`."""
+        """Committed runs of `machine` in `state`, longest there first (`newest`: the
+        latest to enter first), from after the (entered_ms, run_id) `after` on; at most
+        `limit`."""
         prefix = state_prefix(machine, state)
-        start = prefix if after is None else state_key(machine, state, after[0], after[1]) + b"\0"
+        if newest:  # from the end of the prefix (or just before the cursor) backwards
+            start = prefix + b"\xff" * 16 if after is None else state_key(machine, state, *after)
+            keys = self._db.keys(from_key=start, backwards=True)
+        else:
+            start = (
+                prefix if after is None else state_key(machine, state, after[0], after[1]) + b"\0"
+            )
+            keys = self._db.keys(from_key=start)
         found: list[InState] = []
-        for key in self._db.keys(from_key=start):
+        for key in keys:
             if not (isinstance(key, bytes) and key.startswith(prefix)) or len(found) >= limit:
                 break
+            if newest and after is not None and key >= start:
+                continue  # the cursor's own row
             rest = key[len(prefix) :]
             entered = struct.unpack(">Q", rest[:8])[0]
             found.append(InState(entered, rest[8:].decode(), machine, state))
