@@ -65,7 +65,10 @@ def partition_count(settings: KafkaSettings, topic: str) -> int:
     """The partitions of `topic`; RebuildError when it does not exist."""
     meta = AdminClient(settings.client()).list_topics(topic, timeout=30).topics.get(topic)
     if meta is None or meta.error is not None:
-        raise RebuildError(f"topic {topic} does not exist")
+        raise RebuildError(
+            f"topic {topic} does not exist: is the topic prefix right (--topic-prefix, "
+            "RUNSTATE_TOPIC_PREFIX)? A new cluster's topics come from `runstate topics create`"
+        )
     return len(meta.partitions)
 
 

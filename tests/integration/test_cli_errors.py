@@ -4,6 +4,7 @@ is wrong and what to do, with a non-zero exit, never a traceback."""
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -27,6 +28,7 @@ def _runstate(env: Env, *args: str, prefix: str) -> subprocess.CompletedProcess[
         RUNSTATE_BOOTSTRAP_SERVERS=env.bootstrap,
         RUNSTATE_TOPIC_PREFIX=prefix,
         RUNSTATE_SIGNING_KEY_FILE=str(key),
+        RUNSTATE_KEYRING_FILE=str(env.keyring_path),
     )
     return subprocess.run(
         [sys.executable, "-m", "processor.cli.main", *args],
@@ -44,15 +46,21 @@ def _runstate(env: Env, *args: str, prefix: str) -> subprocess.CompletedProcess[
         ("create", "r1", "task_lifecycle"),
         ("propose", "r1", "start"),
         ("tail", "--limit", "1"),
+        ("verify",),
+        ("replay", "--state-dir", "{tmp}/state"),
     ],
 )
 def test_a_topic_prefix_with_no_topics_is_one_line(env: Env, args: tuple[str, ...]) -> None:
+    """A reachable cluster without the topics (a new one, or a wrong prefix): one line,
+    within seconds."""
     prefix = f"nope-{uuid.uuid4().hex[:6]}."
-    done = _runstate(env, *args, prefix=prefix)
+    began = time.monotonic()
+    done = _runstate(env, *(a.format(tmp=env.tmp) for a in args), prefix=prefix)
     assert done.returncode == 1, done.stdout + done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
     assert f"{prefix}" in lines[0] and "runstate topics create" in lines[0], lines[0]
+    assert time.monotonic() - began < 10
 
 
 def test_a_run_id_no_topic_could_carry_is_a_usage_error(env: Env) -> None:
