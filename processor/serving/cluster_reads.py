@@ -52,7 +52,9 @@ def runs_across(
             "entered_state_at_ms": r.entered_ms,
             "time_in_state_ms": max(0, now_ms - r.entered_ms),
         }
-        for r in node.runs_in_state(params.get("machine"), state, after, limit, newest)
+        for r in node.runs_in_state(
+            peers.StateQuery(params.get("machine"), state, after, limit, newest)
+        )
     ]
     if params.get("local") == "1":
         return json_answer(200, {"items": local, "partitions": node.owned()})

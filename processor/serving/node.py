@@ -58,16 +58,8 @@ class Node(Protocol):
         """The run in `partition` (None when this worker does not own it); its history
         and refusals only when `history` (they cost more)."""
 
-    def runs_in_state(
-        self,
-        machine: str | None,
-        state: str | None,
-        after: tuple[int, str] | None,
-        limit: int,
-        newest: bool = False,
-    ) -> Sequence[peers.RunInState]:
-        """The owned runs in `state` (any state: None), longest there first (`newest`:
-        the latest to enter first), at most `limit` after `after`."""
+    def runs_in_state(self, query: peers.StateQuery) -> Sequence[peers.RunInState]:
+        """The owned runs the query asks for, in its order."""
 
     def local_stats(self) -> list[peers.StateStats]:
         """Runs per machine and state over the owned partitions, every state included."""

@@ -19,12 +19,13 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from confluent_kafka.admin import AdminClient
 
+from processor.engine import Machine
 from processor.kafka.config import KafkaSettings
 from processor.trust.http_auth import TOKENS_ENV, TOKENS_FILE_ENV, bearer
 
@@ -54,6 +55,34 @@ class RunInState(Protocol):
 
     @property
     def state(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class StateQuery:
+    """Which runs GET /runs asks for: in `state` (any state: None) of `machine` (any:
+    None), at most `limit` after the cursor (entered_ms, run_id) `after`, longest there
+    first or, `newest`, the latest to enter first."""
+
+    machine: str | None
+    state: str | None
+    after: tuple[int, str] | None
+    limit: int
+    newest: bool = False
+
+    def beyond(self, entered_ms: int, run_id: str) -> bool:
+        """Whether a run that entered at `entered_ms` comes after the cursor."""
+        if self.after is None:
+            return True
+        return (
+            (entered_ms, run_id) < self.after if self.newest else (entered_ms, run_id) > self.after
+        )
+
+    def states(self, machines: Mapping[str, Machine]) -> list[tuple[str, str]]:
+        """The (machine, state) pairs it looks in."""
+        names = [self.machine] if self.machine is not None else sorted(machines)
+        if self.state is not None:
+            return [(name, self.state) for name in names]
+        return [(n, s) for n in names if n in machines for s in machines[n].spec.states]
 
 
 #: (machine, state, runs, oldest entered_state_at_ms): a row of GET /stats?local=1.

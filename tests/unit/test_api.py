@@ -20,7 +20,7 @@ from processor.runtimes.native import http
 from processor.serving import api, probes
 from processor.serving.answers import HTML, JSON, Answer
 from processor.serving.node import RunRecord
-from processor.serving.peers import Peer, StateStats, origin
+from processor.serving.peers import Peer, StateQuery, StateStats, origin
 from processor.serving.read_fence import ReadFence
 from processor.trust.http_auth import HttpTokens
 from schemas.messages import RunSnapshot
@@ -71,27 +71,18 @@ class FakeNode:
         refusals = [] if self.keeps_refusals else None
         return RunRecord(snapshot, driver.history, refusals)
 
-    def runs_in_state(
-        self,
-        machine: str | None,
-        state: str | None,
-        after: tuple[int, str] | None,
-        limit: int,
-        newest: bool = False,
-    ) -> list[Row]:
+    def runs_in_state(self, query: StateQuery) -> list[Row]:
         found = sorted(
-            (r for r in self.rows if state in (None, r.state) and machine in (None, r.machine)),
-            key=lambda r: (r.entered_ms, r.run_id),
-            reverse=newest,
-        )
-        if after is not None:
-            key = after
-            found = [
+            (
                 r
-                for r in found
-                if ((r.entered_ms, r.run_id) < key if newest else (r.entered_ms, r.run_id) > key)
-            ]
-        return found[:limit]
+                for r in self.rows
+                if query.state in (None, r.state) and query.machine in (None, r.machine)
+            ),
+            key=lambda r: (r.entered_ms, r.run_id),
+            reverse=query.newest,
+        )
+        found = [r for r in found if query.beyond(r.entered_ms, r.run_id)]
+        return found[: query.limit]
 
     def local_stats(self) -> list[StateStats]:
         return [(M, "paused", len(self.rows), min((r.entered_ms for r in self.rows), default=None))]

@@ -19,7 +19,7 @@ from typing import Generic, TypeVar
 
 from processor.engine import Machine
 from processor.observe.metrics import WorkerMetrics
-from processor.serving.peers import StateStats
+from processor.serving.peers import StateQuery, StateStats
 from schemas.messages import RunSnapshot
 
 
@@ -93,33 +93,17 @@ class StateIndex(PartitionIndexes[dict[tuple[str, str], dict[str, int]]]):
                 yield name, state, sum(len(p.get((name, state), ())) for p in partitions)
 
     def in_state(
-        self,
-        machines: Mapping[str, Machine],
-        owned: list[int],
-        machine: str | None,
-        state: str | None,
-        after: tuple[int, str] | None,
-        limit: int,
-        newest: bool = False,
+        self, machines: Mapping[str, Machine], owned: list[int], query: StateQuery
     ) -> list[Entered]:
-        """Runs in `state` (of `machine`, or of any; in any state when None), longest
-        there first (`newest`: the latest to enter first), at most `limit` after the
-        cursor (entered_ms, run_id) `after`."""
-        names = [machine] if machine is not None else sorted(machines)
+        """Runs the query asks for over `owned`, in its order."""
         found = (
             run
-            for name in names
-            if name in machines
-            for s in ([state] if state is not None else machines[name].spec.states)
-            for run in self._runs(owned, (name, s))
-            if after is None
-            or (
-                (run.entered_ms, run.run_id) < after
-                if newest
-                else (run.entered_ms, run.run_id) > after
-            )
+            for key in query.states(machines)
+            for run in self._runs(owned, key)
+            if query.beyond(run.entered_ms, run.run_id)
         )
-        return heapq.nlargest(limit, found) if newest else heapq.nsmallest(limit, found)
+        pick = heapq.nlargest if query.newest else heapq.nsmallest
+        return pick(query.limit, found)
 
     def stats(self, machines: Mapping[str, Machine], owned: list[int]) -> list[StateStats]:
         """(machine, state, runs, oldest entered_state_at_ms), every state of every machine."""

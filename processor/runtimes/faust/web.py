@@ -146,19 +146,9 @@ class FaustNode:
         values = (r.value for r in records if r.key == key and r.value is not None)
         return api.RunRecord(found, run_history(values, found.revision), refusals=None)
 
-    def runs_in_state(
-        self,
-        machine: str | None,
-        state: str | None,
-        after: tuple[int, str] | None,
-        limit: int,
-        newest: bool = False,
-    ) -> list[Entered]:
-        return self._on_loop(
-            lambda: self.states.in_state(
-                self.machines, self._owned_now(), machine, state, after, limit, newest
-            )
-        )
+    def runs_in_state(self, query: peers.StateQuery) -> list[Entered]:
+        owned = self._owned_now
+        return self._on_loop(lambda: self.states.in_state(self.machines, owned(), query))
 
     def local_stats(self) -> list[peers.StateStats]:
         return self._on_loop(lambda: self.states.stats(self.machines, self._owned_now()))

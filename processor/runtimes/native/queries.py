@@ -60,15 +60,8 @@ class WorkerQueries:
                 return RunRecord(snapshot)
             return RunRecord(snapshot, store.history(run_id), store.refusals(run_id))
 
-    def runs_in_state(
-        self,
-        machine: str | None,
-        state: str | None,
-        after: tuple[int, str] | None,
-        limit: int,
-        newest: bool = False,
-    ) -> list[InState]:
-        return self.worker.stores.runs_in_state(self.machines, machine, state, after, limit, newest)
+    def runs_in_state(self, query: peers.StateQuery) -> list[InState]:
+        return self.worker.stores.runs_in_state(self.machines, query)
 
     def local_stats(self) -> list[peers.StateStats]:
         return self.worker.stores.local_stats(self.machines)

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from processor.engine import Machine
 from processor.runtimes.native.store.indexes import InState
 from processor.runtimes.native.store.partition import PartitionStore
-from processor.serving.peers import StateStats
+from processor.serving.peers import StateQuery, StateStats
 
 
 class StoreRegistry:
@@ -77,33 +77,17 @@ class StoreRegistry:
         total["block_cache"] = max((m["block_cache"] for m in each), default=0)
         return total
 
-    def runs_in_state(
-        self,
-        machines: Mapping[str, Machine],
-        machine: str | None,
-        state: str | None,
-        after: tuple[int, str] | None,
-        limit: int,
-        newest: bool = False,
-    ) -> list[InState]:
-        """The committed runs in `state` (of `machine`, or of any machine; in any state
-        when None), longest there first (`newest`: the latest to enter first), at most
-        `limit` after the cursor `after`."""
-        names = [machine] if machine is not None else sorted(machines)
-        pairs = [
-            (name, s)
-            for name in names
-            if state is not None or name in machines
-            for s in ([state] if state is not None else machines[name].spec.states)
-        ]
+    def runs_in_state(self, machines: Mapping[str, Machine], query: StateQuery) -> list[InState]:
+        """The committed runs the query asks for, in its order."""
         with self.lock:
             found = [
                 r
                 for store in self._stores.values()
-                for name, s in pairs
-                for r in store.in_state(name, s, after, limit, newest)
+                for name, state in query.states(machines)
+                for r in store.in_state(name, state, query.after, query.limit, query.newest)
             ]
-        return sorted(found, key=lambda r: (r.entered_ms, r.run_id), reverse=newest)[:limit]
+        order = sorted(found, key=lambda r: (r.entered_ms, r.run_id), reverse=query.newest)
+        return order[: query.limit]
 
     def local_stats(self, machines: Mapping[str, Machine]) -> list[StateStats]:
         """(machine, state, runs, oldest entered_state_at_ms), every state of every machine."""
