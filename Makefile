@@ -62,7 +62,7 @@ test: install tools
 slow: install tools
 	$(BIN)/pytest -m slow --durations=20
 
-## unit: pure tests only, no broker, seconds: each property tries a quarter of its
+## unit: pure tests only, no broker, under a minute: each property tries a quarter of its
 ## examples (tests/examples.py); `make test` tries them all
 unit: install tools
 	$(BIN)/pytest -n $(JOBS) -m unit

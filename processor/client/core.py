@@ -245,7 +245,8 @@ def unavailable(settings: KafkaSettings, doing: str, timeout: float, cause: obje
     return Unavailable(
         f"Kafka at {settings.bootstrap_servers} did not answer while {doing} within "
         f"{timeout:.1f}s ({cause}): is the broker running, and are the bootstrap servers "
-        "(--bootstrap-servers, RUNSTATE_BOOTSTRAP_SERVERS) right?"
+        "right (the SDK's KafkaSettings; the CLI's --bootstrap-servers or "
+        "RUNSTATE_BOOTSTRAP_SERVERS)?"
     )
 
 

@@ -176,7 +176,7 @@ def landing(
     )
     changed = (
         '<table id="recent"><tr><th>run</th><th>machine</th><th>entered</th>'
-        "<th>at (UTC)</th><th></th></tr>" + changes + "</table>"
+        "<th>at (UTC)</th><th>since</th></tr>" + changes + "</table>"
         if changes
         else '<p class="muted">No changes yet.</p>'
     )
