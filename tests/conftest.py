@@ -17,6 +17,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(getattr(pytest.mark, layer))
 
 
-# A property without a count of its own tries Hypothesis's default hundred, scaled the same way.
-settings.register_profile("runstate", max_examples=examples(100))
+# A property without a count of its own tries Hypothesis's default hundred, scaled the same
+# way; no deadline: the suite runs in parallel processes on a shared machine.
+settings.register_profile("runstate", max_examples=examples(100), deadline=None)
 settings.load_profile("runstate")

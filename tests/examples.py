@@ -3,7 +3,7 @@
 Each property states its full count; `make test` (and so CI) runs every one in full
 (`RUNSTATE_TEST_EXAMPLES=full`). A developer's quick loop (`make unit`, a bare `pytest`)
 tries a quarter of each (at least ten examples, or a seed or two): the same properties, the same strategies, fewer
-draws. Hypothesis keeps any failure it finds in its database and replays it first.
+draws. Where a property keeps Hypothesis's database, a failure found is replayed first.
 """
 
 import os

@@ -261,7 +261,7 @@ def _line(line: Line, taken: set[tuple[str | None, str]], *, arrow: bool) -> str
     return (
         f'<path class="edge{on_path}" d="{line.path}"{marker} '
         f'data-edge="{escape(line.source)}:{escape(line.event)}" '
-        f'data-target="{escape(line.target)}"/>'
+        f'data-source="{escape(line.source)}" data-target="{escape(line.target)}"/>'
     )
 
 
@@ -269,6 +269,6 @@ def _label(line: Line, taken: set[tuple[str | None, str]]) -> str:
     on_path = " taken" if (line.source, line.event) in taken else ""
     return (
         f'<text class="label{on_path}" x="{line.label_x:.1f}" y="{line.baseline:.1f}" '
-        f'text-anchor="{line.anchor}" '
+        f'text-anchor="{line.anchor}" data-source="{escape(line.source)}" '
         f'data-edge="{escape(line.source)}:{escape(line.event)}">{escape(line.event)}</text>'
     )

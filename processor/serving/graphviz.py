@@ -1,13 +1,17 @@
 """Machine diagrams laid out by Graphviz's `dot` (Debian's `graphviz` package; the
-worker image has it): once per machine a process asks for, then from memory. Without
-`dot`, or when it fails or takes over 5 s, the diagram falls back to columns
-(diagram.columns) and the page says why in the log."""
+worker image has it): once per machine version a process shows, then from memory.
+
+Without `dot`, or when it fails or takes over 5 s (a machine of a hundred states may),
+the diagram is drawn in columns (diagram.columns) and the log says why; that answer is
+kept for a minute, then `dot` is asked again. One `dot` runs at a time: a page asked
+for meanwhile is drawn in columns rather than wait or start another."""
 
 import hashlib
 import logging
 import shutil
 import subprocess
 import threading
+import time
 
 from processor.engine import Machine
 from processor.serving.diagram import Layout, columns, dot_source, from_dot_json
@@ -15,10 +19,12 @@ from processor.serving.diagram import Layout, columns, dot_source, from_dot_json
 log = logging.getLogger("runstate.http")
 
 _TIMEOUT_S = 5.0
+_RETRY_S = 60.0  # how long a columns layout stands before dot is asked again
 _KEPT = 256  # layouts kept: one per machine version a process serves
 
-_lock = threading.Lock()
-_layouts: dict[str, Layout] = {}
+_lock = threading.Lock()  # the cache
+_running = threading.Lock()  # one dot at a time
+_layouts: dict[str, tuple[Layout, float]] = {}  # key -> (layout, until: monotonic)
 
 
 def laid_out(machine: Machine) -> Layout:
@@ -26,13 +32,20 @@ def laid_out(machine: Machine) -> Layout:
     key = hashlib.sha256(source.encode()).hexdigest()
     with _lock:
         found = _layouts.get(key)
-    if found is not None:
-        return found
-    layout = _by_dot(machine, source) or columns(machine)
+    if found is not None and time.monotonic() < found[1]:
+        return found[0]
+    if not _running.acquire(blocking=False):
+        return columns(machine)  # another page's dot is running: not kept
+    try:
+        layout = _by_dot(machine, source)
+    finally:
+        _running.release()
+    until = float("inf") if layout is not None else time.monotonic() + _RETRY_S
+    layout = layout or columns(machine)
     with _lock:
-        if len(_layouts) >= _KEPT:
+        if len(_layouts) >= _KEPT and key not in _layouts:
             _layouts.pop(next(iter(_layouts)))
-        _layouts[key] = layout
+        _layouts[key] = (layout, until)
     return layout
 
 

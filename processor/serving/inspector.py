@@ -1,7 +1,8 @@
 """The run inspector: server-rendered HTML. Its landing page (GET /inspect) counts the
 runs of every machine by state across the cluster; a state's page (GET
 /inspect?state=S[&machine=M]) lists its runs, longest there first; a run's page (GET
-/inspect?run=<run_id>) shows the run.
+/inspect?run=<run_id>) shows the run. The landing page also lists the recent changes,
+the runs that entered their state last.
 
 The run's machine is drawn as a state diagram (diagram.py: laid out by Graphviz where it
 is installed), with the path the run took and the state it is in now; below it,
@@ -39,6 +40,8 @@ svg .edge { stroke: #afb8c1; stroke-width: 1.2; fill: none; }
 svg .edge.taken { stroke: #0969da; stroke-width: 2.5; }
 svg text.label { font: 11px $FONT; fill: #656d76; }
 svg text.label.taken { fill: #0550ae; font-weight: 600; }
+svg .state.current text.label { fill: #ffffff; }
+svg .state.current path.edge { stroke: #ffffff; }
 """.replace("$FONT", FONT)
 
 

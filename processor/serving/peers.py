@@ -284,7 +284,7 @@ def parse_cursor(text: str | None) -> tuple[int, str] | None:
     if not text:
         return None
     entered, sep, run_id = text.partition(":")
-    if not sep or not entered.isdigit():
+    if not sep or not entered.isdigit() or int(entered) >= 2**63:
         raise ValueError(f"after={text!r} is not a cursor from a previous page")
     return int(entered), run_id
 

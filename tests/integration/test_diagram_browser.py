@@ -8,6 +8,7 @@ inside the picture. No broker: the diagram is data in, SVG out."""
 
 import random
 import shutil
+from types import SimpleNamespace
 from typing import Any
 
 from processor.engine import Machine
@@ -30,15 +31,18 @@ for (const svg of document.querySelectorAll('svg[data-layout]')) {
     states: [...svg.querySelectorAll('g.state')].map(g => ({
       state: g.dataset.state,
       rect: box(g.querySelector('rect').getBBox()),
+      fill: getComputedStyle(g.querySelector('rect')).fill,
       text: box(g.querySelector('text').getBBox())})),
     labels: [...svg.querySelectorAll('text.label')].map(t => ({
-      edge: t.dataset.edge, rect: box(t.getBBox())})),
+      edge: t.dataset.edge, source: t.dataset.source, rect: box(t.getBBox()),
+      fill: getComputedStyle(t).fill})),
     lines: [...svg.querySelectorAll('path.edge')].map(p => {
       const n = p.getTotalLength(), points = [];
       for (let i = 0; i <= 200; i++) {
         const q = p.getPointAtLength(n * i / 200); points.push([q.x, q.y]);
       }
-      return {edge: p.dataset.edge, target: p.dataset.target, points};
+      return {edge: p.dataset.edge, source: p.dataset.source, target: p.dataset.target,
+              stroke: getComputedStyle(p).stroke, points};
     }),
   });
 }
@@ -122,24 +126,24 @@ def _problems(drawn: dict[str, Any]) -> list[str]:
             found.append(f"the name of {s['state']} is wider than its box")
     labels = drawn["labels"]
     names = {s["state"]: s["text"] for s in drawn["states"]}
+    fills = {s["state"]: s["fill"] for s in drawn["states"]}
+    loops = {line["edge"]: line for line in drawn["lines"] if line["target"] == line["source"]}
     for i, a in enumerate(labels):
         for b in labels[i + 1 :]:
             if _overlap(a["rect"], b["rect"]):
                 found.append(f"labels {a['edge']} and {b['edge']} overlap")
-        source = a["edge"].partition(":")[0]
-        loop = any(
-            line["edge"] == a["edge"] and line["target"] == source for line in drawn["lines"]
-        )
+        source, loop = a["source"], loops.get(a["edge"])
         for state, r in boxes.items():
             if loop and state == source:
                 if not _within(a["rect"], r) or _overlap(a["rect"], names[state]):
                     found.append(f"loop {a['edge']} is not in its box under its name")
+                if fills[state] in (a["fill"], loop["stroke"]):  # unreadable on its box
+                    found.append(f"loop {a['edge']} is drawn in its box's own colour")
             elif _overlap(a["rect"], r):
                 found.append(f"label {a['edge']} overlaps the box of {state}")
     for line in drawn["lines"]:
-        source = line["edge"].split(":")[0]
         for state, r in boxes.items():
-            if state in (source, line["target"]):
+            if state in (line["source"], line["target"]):
                 continue
             if any(_inside(p, r) for p in line["points"]):
                 found.append(f"the line of {line['edge']} runs behind the box of {state}")
@@ -151,9 +155,20 @@ def _problems(drawn: dict[str, Any]) -> list[str]:
     return found
 
 
-def _measure(pictures: list[tuple[Machine, Layout]], tmp_path: Any) -> list[dict[str, Any]]:
+#: A run of owned_run that took its loop and is in the loop's state: drawn highlighted.
+_TOOK_THE_LOOP = [
+    SimpleNamespace(from_state=None, to_state="queued", event="create"),
+    SimpleNamespace(from_state="queued", to_state="running", event="run_started"),
+    SimpleNamespace(from_state="running", to_state="running", event="tool_result"),
+]
+
+
+def _measure(
+    pictures: list[tuple[Machine, Layout]], tmp_path: Any, run: tuple[Any, str] | None = None
+) -> list[dict[str, Any]]:
+    path, current = run or ([], None)
     html = inspector._head("diagrams") + "".join(
-        f"<h2>{m.name}</h2>" + svg(m, layout, [], None) for m, layout in pictures
+        f"<h2>{m.name}</h2>" + svg(m, layout, path, current) for m, layout in pictures
     )
     page = tmp_path / "diagrams.html"
     page.write_text(html + "</body></html>", encoding="utf-8")
@@ -177,6 +192,9 @@ def test_graphviz_lays_out_every_diagram_with_nothing_overlapping(tmp_path: Any)
     assert {layout.engine for _, layout in pictures} == {"dot"}
     problems = {d["machine"]: p for d in _measure(pictures, tmp_path) if (p := _problems(d))}
     assert not problems, problems
+    owned_run = builtin_machines()["owned_run"]
+    (drawn,) = _measure([(owned_run, laid_out(owned_run))], tmp_path, (_TOOK_THE_LOOP, "running"))
+    assert not _problems(drawn), _problems(drawn)
 
 
 def test_the_checks_can_fail_the_columns_fallback_overlaps(tmp_path: Any) -> None:

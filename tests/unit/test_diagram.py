@@ -5,6 +5,7 @@ import logging
 import re
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -20,7 +21,12 @@ def _dot(machine: Machine) -> str:
     dot = shutil.which("dot")
     assert dot, "Graphviz's dot is missing: make tools installs it"
     return subprocess.run(
-        [dot, "-Tjson"], input=dot_source(machine), capture_output=True, text=True, check=True
+        [dot, "-Tjson"],
+        input=dot_source(machine),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     ).stdout
 
 
@@ -55,11 +61,25 @@ def test_without_dot_the_diagram_is_in_columns_and_the_log_says_why(
     assert layout.engine == "columns" and "dot is not installed" in caplog.text
 
 
-def test_a_dot_that_fails_gives_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_dot_that_fails_gives_columns_for_a_minute(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(graphviz, "_layouts", {})
-    false = shutil.which("false")
+    false, dot = shutil.which("false"), shutil.which("dot")
     monkeypatch.setattr(graphviz.shutil, "which", lambda name: false)
     assert graphviz.laid_out(MACHINES["owned_run"]).engine == "columns"
+    monkeypatch.setattr(graphviz.shutil, "which", lambda name: dot)  # dot works again
+    assert graphviz.laid_out(MACHINES["owned_run"]).engine == "columns"  # kept a while
+    now = time.monotonic()
+    monkeypatch.setattr(graphviz.time, "monotonic", lambda: now + graphviz._RETRY_S + 1)
+    assert graphviz.laid_out(MACHINES["owned_run"]).engine == "dot"  # then asked again
+
+
+def test_while_one_dot_runs_another_page_is_drawn_in_columns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(graphviz, "_layouts", {})
+    with graphviz._running:  # a dot under way
+        assert graphviz.laid_out(MACHINES["run_state"]).engine == "columns"
+    assert graphviz.laid_out(MACHINES["run_state"]).engine == "dot"  # not kept: asked now
 
 
 def test_a_layout_is_made_once_per_machine(monkeypatch: pytest.MonkeyPatch) -> None:

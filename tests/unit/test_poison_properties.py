@@ -888,7 +888,7 @@ def check_store(store: PartitionStore, model: Model, now_ms: int, page: int) -> 
         expected = model.in_state(state)
         assert store.in_state(MACHINE, state, None, 10_000) == expected, state
         paged: list[InState] = []
-        while True:
+        for _ in range(len(expected) + 2):  # bounded: a cursor that goes nowhere fails
             after = None if not paged else (paged[-1].entered_ms, paged[-1].run_id)
             found = store.in_state(MACHINE, state, after, page)
             paged += found
@@ -898,7 +898,7 @@ def check_store(store: PartitionStore, model: Model, now_ms: int, page: int) -> 
         newest = store.in_state(MACHINE, state, None, 10_000, newest=True)
         assert newest == expected[::-1], state
         paged = []
-        while True:  # and from the newest back, a page at a time
+        for _ in range(len(expected) + 2):  # and from the newest back, a page at a time
             after = None if not paged else (paged[-1].entered_ms, paged[-1].run_id)
             found = store.in_state(MACHINE, state, after, page, newest=True)
             paged += found

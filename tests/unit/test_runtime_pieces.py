@@ -235,8 +235,9 @@ def test_cluster_pages_merge_longest_first_with_a_cursor() -> None:
     newest = [[run(5, "e"), run(1, "a")], [run(3, "c"), run(2, "b")]]  # each newest first
     runs, cursor = merge_runs(newest, 3, newest=True)
     assert [r["run_id"] for r in runs] == ["e", "c", "b"] and cursor == "2:b"
-    with pytest.raises(ValueError):
-        parse_cursor("nonsense")
+    for nonsense in ("nonsense", f"{2**63}:x", "99999999999999999999:x", "-1:x"):
+        with pytest.raises(ValueError):
+            parse_cursor(nonsense)
     rows = merge_stats(
         [
             [{"machine": "m", "state": "s", "runs": 2, "oldest_entered_ms": 50}],

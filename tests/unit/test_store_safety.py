@@ -235,7 +235,7 @@ def test_the_worker_collects_cycles_rarely_and_never_visits_what_start_up_made()
         "from processor.runtimes.native.heap import GC_THRESHOLDS, tune_collector\n"
         "tune_collector()\n"
         "assert gc.get_threshold() == GC_THRESHOLDS, gc.get_threshold()\n"
-        # Every object start-up made is frozen: the collector's generations are empty.
+        # What start-up made is frozen: the collector's generations hold next to nothing.
         "assert gc.get_freeze_count() > 1_000, gc.get_freeze_count()\n"
         "assert len(gc.get_objects()) < 100, len(gc.get_objects())\n"
     )

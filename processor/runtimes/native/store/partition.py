@@ -197,7 +197,7 @@ class PartitionStore:
         `limit`."""
         prefix = state_prefix(machine, state)
         if newest:  # from the end of the prefix (or just before the cursor) backwards
-            start = prefix + b"\xff" * 16 if after is None else state_key(machine, state, *after)
+            start = past(prefix) if after is None else state_key(machine, state, *after)
             keys = self._db.keys(from_key=start, backwards=True)
         else:
             start = (
