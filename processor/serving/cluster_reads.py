@@ -57,8 +57,8 @@ def runs_across(
         )
     ]
     if params.get("local") == "1":
-        return json_answer(200, {"items": local, "partitions": node.owned()})
-    pages, missing = _cluster(node, "/runs", params, local)
+        return json_answer(200, {"items": local, "partitions": node.owned(), "order": order})
+    pages, missing = _cluster(node, "/runs", params, local, order)
     runs, cursor = peers.merge_runs(pages, limit, newest)
     return runs, cursor, missing
 
@@ -86,10 +86,11 @@ def stats_across(node: Node, params: dict[str, str]) -> tuple[list[dict[str, Any
 
 
 def _cluster(
-    node: Node, path: str, params: dict[str, str], local: Any
+    node: Node, path: str, params: dict[str, str], local: Any, order: str | None = None
 ) -> tuple[list[Any], list[int]]:
     """This worker's answer and every other worker's; with the partitions whose owners
-    did not answer."""
+    did not answer, or answered in another `order` than asked (a worker of a version
+    that does not know it answers in its own: its page would not merge)."""
     pages, covered = [local], set(node.owned())
     url = node.advertised_url
     asked = {peers.origin_or_none(url)}  # itself, then each peer once
@@ -107,6 +108,9 @@ def _cluster(
             answered = peers.ask(target, path, params, node.http_tokens.first())
         except (OSError, ValueError) as exc:
             log.warning("%s did not answer %s: %s", target, path, exc)
+            continue
+        if order is not None and answered.get("order", "longest") != order:
+            log.warning("%s answered %s in another order than %s", target, path, order)
             continue
         pages.append(answered["items"])
         covered |= set(answered["partitions"])

@@ -28,7 +28,8 @@ def overview(node: Node, params: dict[str, str]) -> Answer:
     if not state:
         states, missing = stats_across(node, {})
         found = runs_across(node, {"order": "newest", "limit": str(RECENT)})
-        recent = found[0] if isinstance(found, tuple) else []
+        recent, missing_too = (found[0], found[2]) if isinstance(found, tuple) else ([], [])
+        missing = sorted(set(missing) | set(missing_too))
         now_ms = int(time.time() * 1000)
         return html_answer(200, inspector.landing(states, recent, missing, now_ms))
     machine = params.get("machine") or None

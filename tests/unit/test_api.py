@@ -268,6 +268,11 @@ def test_cluster_queries_ask_the_peers_and_name_partitions_nobody_answered_for(
     assert [r["run_id"] for r in body["runs"]] == ["a", "p", "b"]
     assert body["missing_partitions"] == [1, 3]
     assert asked == [{"state": "paused", "local": "1", "path": "/runs"}]
+    # This peer answers as a worker that knows no order does (its oldest first): its
+    # page would not merge into the newest, so its partition counts as missing.
+    status, body, _ = get(node, "/runs?order=newest")
+    assert [r["run_id"] for r in body["runs"]] == ["b", "a"]
+    assert body["missing_partitions"] == [1, 2, 3]
     status, body, _ = get(node, "/stats")
     assert body == {
         "states": [{"machine": M, "state": "paused", "runs": 6, "oldest_entered_ms": 5}],

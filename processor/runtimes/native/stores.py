@@ -2,6 +2,8 @@
 them while the worker's loop adds, drops and writes them, and the questions asked of
 all of them at once (runs per state, runs in a state)."""
 
+import heapq
+import itertools
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -79,15 +81,14 @@ class StoreRegistry:
 
     def runs_in_state(self, machines: Mapping[str, Machine], query: StateQuery) -> list[InState]:
         """The committed runs the query asks for, in its order."""
-        with self.lock:
-            found = [
-                r
+        with self.lock:  # each (store, state) read in order, merged, `limit` taken
+            ordered = [
+                store.each_in_state(name, state, query.after, query.newest)
                 for store in self._stores.values()
                 for name, state in query.states(machines)
-                for r in store.in_state(name, state, query.after, query.limit, query.newest)
             ]
-        order = sorted(found, key=lambda r: (r.entered_ms, r.run_id), reverse=query.newest)
-        return order[: query.limit]
+            merged = heapq.merge(*ordered, key=_entry, reverse=query.newest)
+            return list(itertools.islice(merged, query.limit))
 
     def local_stats(self, machines: Mapping[str, Machine]) -> list[StateStats]:
         """(machine, state, runs, oldest entered_state_at_ms), every state of every machine."""
@@ -108,3 +109,7 @@ class StoreRegistry:
 
     def __contains__(self, partition: int) -> bool:
         return partition in self._stores
+
+
+def _entry(run: InState) -> tuple[int, str]:
+    return run.entered_ms, run.run_id

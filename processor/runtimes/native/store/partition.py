@@ -13,6 +13,7 @@ The keys are laid out in `keys.py`; the by-state and due-time indexes are kept b
 transaction's staged changes are `changes.py`'s `PartitionTransaction`.
 """
 
+import itertools
 import json
 import logging
 import struct
@@ -195,6 +196,12 @@ class PartitionStore:
         """Committed runs of `machine` in `state`, longest there first (`newest`: the
         latest to enter first), from after the (entered_ms, run_id) `after` on; at most
         `limit`."""
+        return list(itertools.islice(self.each_in_state(machine, state, after, newest), limit))
+
+    def each_in_state(
+        self, machine: str, state: str, after: tuple[int, str] | None, newest: bool
+    ) -> Iterator[InState]:
+        """`in_state`, read as it is taken: under the stores' lock, while it is held."""
         prefix = state_prefix(machine, state)
         if newest:  # from the end of the prefix (or just before the cursor) backwards
             start = past(prefix) if after is None else state_key(machine, state, *after)
@@ -204,16 +211,14 @@ class PartitionStore:
                 prefix if after is None else state_key(machine, state, after[0], after[1]) + b"\0"
             )
             keys = self._db.keys(from_key=start)
-        found: list[InState] = []
         for key in keys:
-            if not (isinstance(key, bytes) and key.startswith(prefix)) or len(found) >= limit:
-                break
+            if not (isinstance(key, bytes) and key.startswith(prefix)):
+                return
             if newest and after is not None and key >= start:
                 continue  # the cursor's own row
             rest = key[len(prefix) :]
             entered = struct.unpack(">Q", rest[:8])[0]
-            found.append(InState(entered, rest[8:].decode(), machine, state))
-        return found
+            yield InState(entered, rest[8:].decode(), machine, state)
 
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
         """rocksdict's multi-get: a list of keys in, their values (or None) out. It lets
