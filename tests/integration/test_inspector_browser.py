@@ -1,5 +1,6 @@
 """The run inspector in a real browser: headless Chromium (Debian's chromium and
-chromium-driver, driven by Selenium) goes from the landing page (runs by state) through
+chromium-driver, driven by Selenium) follows the landing page's newest recent change to
+its run's page, then goes from the landing page (runs by state) through
 the run's state to the page of a run the demo drove, finds its current state
 highlighted in the diagram and every transition in the timeline, and
 saves a screenshot (kept under the test's tmp dir, path printed). The worker has an HTTP
@@ -55,6 +56,15 @@ def test_inspector_shows_a_demo_run_in_chromium(env: Env, runtime: str) -> None:
         try:
             # Chromium sends the URL's credentials only when asked (a 401 naming Basic)
             signed_in = worker.url.replace("http://", f"http://anyone:{TOKEN}@")
+            # The landing page's recent changes: the runs that entered their state last,
+            # newest first, each a link to its page.
+            chrome.get(f"{signed_in}/inspect")
+            recent = chrome.find_elements(By.CSS_SELECTOR, "#recent tr td:first-child a")
+            assert recent, "no recent changes on the landing page"
+            newest = recent[0].text
+            recent[0].click()
+            assert chrome.find_element(By.CSS_SELECTOR, "h1").text == newest
+            assert chrome.find_element(By.ID, "current-state").text
             # From the landing page: the run's state among the machine's, then the run.
             chrome.get(f"{signed_in}/inspect")
             query = urllib.parse.urlencode({"state": snapshot.state, "machine": snapshot.machine})
