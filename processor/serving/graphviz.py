@@ -6,7 +6,6 @@ the diagram is drawn in columns (diagram.columns) and the log says why; that ans
 kept for a minute, then `dot` is asked again. One `dot` runs at a time: a page asked
 for meanwhile is drawn in columns rather than wait or start another."""
 
-import hashlib
 import logging
 import shutil
 import subprocess
@@ -28,8 +27,7 @@ _layouts: dict[str, tuple[Layout, float]] = {}  # key -> (layout, until: monoton
 
 
 def laid_out(machine: Machine) -> Layout:
-    source = dot_source(machine)
-    key = hashlib.sha256(source.encode()).hexdigest()
+    key = machine.version  # the digest of the machine's spec: what the layout is of
     with _lock:
         found = _layouts.get(key)
     if found is not None and time.monotonic() < found[1]:
@@ -37,7 +35,7 @@ def laid_out(machine: Machine) -> Layout:
     if not _running.acquire(blocking=False):
         return columns(machine)  # another page's dot is running: not kept
     try:
-        layout = _by_dot(machine, source)
+        layout = _by_dot(machine, dot_source(machine))
     finally:
         _running.release()
     until = float("inf") if layout is not None else time.monotonic() + _RETRY_S

@@ -57,7 +57,7 @@ class PartitionIndexes(Generic[P]):
             self._partitions.pop(partition, None)
 
 
-class InState:
+class StateRuns:
     """The runs in one (machine, state) of a partition: each run's entry time, and the
     runs in entry order, so the longest there and the latest to enter are read from the
     ends (no scan)."""
@@ -89,14 +89,14 @@ class InState:
         return found
 
 
-class StateIndex(PartitionIndexes[dict[tuple[str, str], InState]]):
+class StateIndex(PartitionIndexes[dict[tuple[str, str], StateRuns]]):
     """Per partition: the runs in each (machine, state), each with its entry time."""
 
     def rebuild(self, partition: int, runs: Iterable[Entered]) -> None:
         grouped: dict[tuple[str, str], dict[str, int]] = {}
         for run in runs:
             grouped.setdefault((run.machine, run.state), {})[run.run_id] = run.entered_ms
-        self._partitions[partition] = {key: InState(e) for key, e in grouped.items()}
+        self._partitions[partition] = {key: StateRuns(e) for key, e in grouped.items()}
 
     def note(self, partition: int, previous: RunSnapshot | None, snapshot: RunSnapshot) -> None:
         """A commit: the run leaves the state it was in and is where `snapshot` says."""
@@ -106,7 +106,7 @@ class StateIndex(PartitionIndexes[dict[tuple[str, str], InState]]):
         if previous is not None and (left := index.get((previous.machine, previous.state))):
             left.remove(previous.run_id)
         where = (snapshot.machine, snapshot.state)
-        index.setdefault(where, InState()).add(snapshot.run_id, snapshot.entered_state_at_ms)
+        index.setdefault(where, StateRuns()).add(snapshot.run_id, snapshot.entered_state_at_ms)
 
     def drop(self, partition: int, previous: RunSnapshot) -> None:
         """A run forgotten: it is in no state any more."""
@@ -114,7 +114,7 @@ class StateIndex(PartitionIndexes[dict[tuple[str, str], InState]]):
         if index is not None and (left := index.get((previous.machine, previous.state))):
             left.remove(previous.run_id)
 
-    def _states(self, owned: Iterable[int], key: tuple[str, str]) -> list[InState]:
+    def _states(self, owned: Iterable[int], key: tuple[str, str]) -> list[StateRuns]:
         return [found for p in owned if (found := self._partitions.get(p, {}).get(key))]
 
     def runs_by_state(

@@ -203,18 +203,17 @@ class PartitionStore:
     ) -> Iterator[InState]:
         """`in_state`, read as it is taken: under the stores' lock, while it is held."""
         prefix = state_prefix(machine, state)
-        if newest:  # from the end of the prefix (or just before the cursor) backwards
-            start = past(prefix) if after is None else state_key(machine, state, *after)
+        cursor = None if after is None else state_key(machine, state, *after)
+        if newest:  # from the end of the prefix (or the cursor's row) backwards
+            start = past(prefix) if cursor is None else cursor
             keys = self._db.keys(from_key=start, backwards=True)
-        else:
-            start = (
-                prefix if after is None else state_key(machine, state, after[0], after[1]) + b"\0"
-            )
+        else:  # from the start of the prefix (or just past the cursor's row)
+            start = prefix if cursor is None else cursor + b"\0"
             keys = self._db.keys(from_key=start)
         for key in keys:
             if not (isinstance(key, bytes) and key.startswith(prefix)):
                 return
-            if newest and after is not None and key >= start:
+            if newest and cursor is not None and key >= cursor:
                 continue  # the cursor's own row
             rest = key[len(prefix) :]
             entered = struct.unpack(">Q", rest[:8])[0]
