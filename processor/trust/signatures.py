@@ -8,9 +8,12 @@ topic at one time (docs/wire.md gives it byte for byte):
 `signed-at` is the producer's clock in milliseconds since the epoch, in decimal; a record
 without a key hashes the empty string. The signature is lowercase hex: HMAC-SHA256 keyed
 with the UTF-8 bytes of the shared secret, or Ed25519 over the base with the producer's
-private key. Pure functions; `cryptography` does the Ed25519 arithmetic, behind the
-strict rule of processor/trust/ed25519.py (`verify_ed25519` is the one Ed25519 verification
-every verifier here makes: the worker's loop and its batch verifier, `runstate verify`).
+private key. Pure functions. Behind the strict rule of processor/trust/ed25519.py,
+libsodium (PyNaCl, the worker extra) verifies Ed25519 where it is installed, at about half
+the CPU of `cryptography` (OpenSSL), which verifies elsewhere and signs; under the strict
+rule both accept exactly the same signatures (tests/unit/test_ed25519.py compares them).
+`verify_ed25519` is the one Ed25519 verification every verifier here makes: the worker's
+loop and its batch verifier, `runstate verify`.
 """
 
 import hashlib
@@ -25,6 +28,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 
 from processor.trust.ed25519 import public_key_problem_hex, signature_problem
+
+try:
+    from nacl.bindings import crypto_sign_open
+    from nacl.exceptions import BadSignatureError
+
+    HAVE_SODIUM = True
+except ImportError:  # the light install: `cryptography` verifies
+    HAVE_SODIUM = False
 
 HEADER_KEY_ID = "runstate-key-id"
 HEADER_SIGNED_AT = "runstate-signed-at"
@@ -91,14 +102,36 @@ def verify_ed25519(public_key_hex: str, base: bytes, signature_hex: str) -> bool
     # Not cached: a cache of verified (public key, signed base, signature) would be safe
     # (the base binds topic, key, value hash, key id and signing time) but a worker
     # decides each record once; only a replay or a redelivery after a crash sees one
-    # again. At ~50-140 us a verification (HMAC: ~3 us), Ed25519 keyrings cost a core
-    # about 7,000-20,000 records/s; that is the price of verifiers that cannot sign.
+    # again.
     try:
         signature = bytes.fromhex(signature_hex)
     except ValueError:
         return False
+    if signature_problem(signature) is not None:
+        return False
+    if HAVE_SODIUM:
+        return verify_ed25519_sodium(public_key_hex, base, signature)
+    return verify_ed25519_openssl(public_key_hex, base, signature)
+
+
+def verify_ed25519_sodium(public_key_hex: str, base: bytes, signature: bytes) -> bool:
+    """`verify_ed25519` by libsodium, for a signature the strict rule's byte checks
+    (`signature_problem`) already passed."""
+    raw = _accepted_public_key(public_key_hex)
+    if raw is None:
+        return False
+    try:
+        crypto_sign_open(signature + base, raw)  # libsodium's crypto_sign_verify_detached
+    except BadSignatureError:
+        return False
+    return True
+
+
+def verify_ed25519_openssl(public_key_hex: str, base: bytes, signature: bytes) -> bool:
+    """`verify_ed25519` by `cryptography`, for a signature the strict rule's byte checks
+    (`signature_problem`) already passed."""
     public_key = _public_key(public_key_hex)
-    if public_key is None or signature_problem(signature) is not None:
+    if public_key is None:
         return False
     try:
         public_key.verify(signature, base)
@@ -110,6 +143,14 @@ def verify_ed25519(public_key_hex: str, base: bytes, signature_hex: str) -> bool
 def verify_hmac(secret: str, base: bytes, signature_hex: str) -> bool:
     # As bytes: compare_digest refuses str with non-ASCII characters (a TypeError).
     return hmac.compare_digest(hmac_signature(secret, base).encode(), signature_hex.encode())
+
+
+@lru_cache(maxsize=1024)
+def _accepted_public_key(public_key_hex: str) -> bytes | None:
+    """The key's bytes, or None when the strict rule refuses it."""
+    if public_key_problem_hex(public_key_hex) is not None:
+        return None
+    return bytes.fromhex(public_key_hex)
 
 
 @lru_cache(maxsize=1024)

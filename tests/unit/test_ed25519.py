@@ -1,7 +1,9 @@
 """The strict Ed25519 rule (processor/trust/ed25519.py): keys of small or mixed order, not
 canonical or off the curve never load into a keyring and verify nothing; signatures with
 S >= L or a small-order R never verify; the rule agrees with libsodium's
-crypto_sign_verify_detached wherever the key is one a keyring holds.
+crypto_sign_verify_detached wherever the key is one a keyring holds. Every verification
+here is made by both implementations the worker may use (libsodium through PyNaCl, and
+`cryptography`), which must agree.
 
 The hostile inputs come from tests/ed25519_ref.py, an independent lax Ed25519 whose
 forgeries satisfy RFC 8032's equation, as OpenSSL checks it: each test first shows the
@@ -35,12 +37,8 @@ from processor.trust.keyring import (
     load_keyring,
     parse_keyring,
 )
-from processor.trust.signatures import (
-    Algorithm,
-    ed25519_public_key,
-    ed25519_signature,
-    verify_ed25519,
-)
+from processor.trust import signatures
+from processor.trust.signatures import Algorithm, ed25519_public_key, ed25519_signature
 from tests import ed25519_ref as ref
 from tests.examples import examples
 from tests.vectors import VECTORS
@@ -89,6 +87,25 @@ def _openssl_verifies(public: bytes, message: bytes, signature: bytes) -> bool:
     except (InvalidSignature, ValueError):
         return False
     return True
+
+
+def verify_ed25519(public_key_hex: str, message: bytes, signature_hex: str) -> bool:
+    """`signatures.verify_ed25519` by libsodium and by `cryptography`: one answer."""
+    installed, answers = signatures.HAVE_SODIUM, []
+    for sodium in (True, False) if installed else (False,):
+        signatures.HAVE_SODIUM = sodium
+        try:
+            answers.append(signatures.verify_ed25519(public_key_hex, message, signature_hex))
+        finally:
+            signatures.HAVE_SODIUM = installed
+    assert len(set(answers)) == 1, f"libsodium and cryptography disagree: {answers}"
+    return answers[0]
+
+
+def test_the_worker_install_verifies_with_libsodium() -> None:
+    """PyNaCl is in the worker extra: without it every Ed25519 verification costs about
+    twice the CPU (`cryptography`), silently."""
+    assert signatures.HAVE_SODIUM
 
 
 # ------------------------------------------------------------------ the torsion, derived
