@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 from processor.cli.main import cli
 from processor.records.intake import Credential, authenticate
+from processor.trust import signatures
 from processor.trust.ed25519 import SMALL_ORDER_Y, public_key_problem, signature_problem
 from processor.trust.keyring import (
     KeyEntry,
@@ -37,7 +38,6 @@ from processor.trust.keyring import (
     load_keyring,
     parse_keyring,
 )
-from processor.trust import signatures
 from processor.trust.signatures import Algorithm, ed25519_public_key, ed25519_signature
 from tests import ed25519_ref as ref
 from tests.examples import examples
