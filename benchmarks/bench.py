@@ -1,5 +1,6 @@
-"""One broker and one keyring for a benchmark session: a fresh set of topics and a
-work dir per measurement, and the input signed for them."""
+"""One broker and its keys for a benchmark session: a fresh set of topics and a work dir
+per measurement, and the input signed for them. The input is signed as agents sign
+(Ed25519, the keys `runstate keys generate` makes); a setup may ask for HMAC instead."""
 
 import uuid
 from pathlib import Path
@@ -9,49 +10,61 @@ from rich.console import Console
 
 from benchmarks.contenders import Setup
 from benchmarks.records import RawRecord
-from benchmarks.workload import BENCH_MAX_AGE_MS, for_topic, lives, signed
+from benchmarks.workload import Keys, for_topic, lives, signed
 from processor.kafka.topic_creation import create_topics
 from processor.kafka.topic_plans import plan_topics
 from processor.kafka.topics import TopicNames
-from processor.trust.keygen import generate_keyring
 from processor.trust.keyring import Keyring, dump_keyring
+from processor.trust.signatures import Algorithm
 from schemas.messages import Proposal
 
 PARTITIONS = 3
 
 
 class Bench:
-    """One broker, one keyring; a fresh set of topics and a work dir per measurement."""
+    """One broker, keys of each algorithm; a fresh set of topics and a work dir per
+    measurement."""
 
     def __init__(self, bootstrap: str, tmp: Path, console: Console) -> None:
         self.bootstrap, self.tmp, self.console = bootstrap, tmp, console
         self.admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
-        self.keyring: Keyring = generate_keyring().model_copy(
-            update={"signature_max_age_ms": BENCH_MAX_AGE_MS}
-        )
-        self.keyring_path = tmp / "keyring.json"
-        self.keyring_path.write_text(dump_keyring(self.keyring))
+        self.keys = {algorithm: Keys.generate(algorithm) for algorithm in Algorithm}
+        self.keyring_paths: dict[Algorithm, Path] = {}
+        for algorithm, keys in self.keys.items():
+            self.keyring_paths[algorithm] = tmp / f"keyring-{algorithm}.json"
+            self.keyring_paths[algorithm].write_text(dump_keyring(keys.keyring))
 
-    def setup(self, label: str) -> Setup:
+    @property
+    def keyring(self) -> Keyring:
+        """The keyring the input is walked and signed with (Ed25519)."""
+        return self.keys[Algorithm.ED25519].keyring
+
+    def setup(self, label: str, algorithm: Algorithm = Algorithm.ED25519) -> Setup:
         prefix = f"b-{uuid.uuid4().hex[:8]}."
         create_topics(self.admin, plan_topics(TopicNames.with_prefix(prefix), PARTITIONS, 1))
         workdir = self.tmp / f"{label}-{prefix.rstrip('.')}"
         workdir.mkdir()
         return Setup(
-            self.bootstrap, prefix, self.keyring_path, workdir, f"g-{prefix}", self.console
+            self.bootstrap,
+            prefix,
+            self.keyring_paths[algorithm],
+            workdir,
+            f"g-{prefix}",
+            self.console,
+            algorithm,
         )
 
     def signed_for(self, setup: Setup, records: list[RawRecord]) -> list[RawRecord]:
-        """`records` signed for this setup's proposals topic, now."""
-        return for_topic(records, self.keyring, setup.names.proposals)
+        """`records` signed for this setup's proposals topic, now, with its algorithm."""
+        return for_topic(records, self.keys[setup.algorithm], setup.names.proposals)
 
     def records(self, runs: int, proposals: int, seed: int) -> list[RawRecord]:
-        return lives(self.keyring, runs, proposals, seed)
+        return lives(self.keys[Algorithm.ED25519], runs, proposals, seed)
 
     def creates(self, first: int, last: int) -> list[RawRecord]:
         return [
             signed(
-                self.keyring,
+                self.keys[Algorithm.ED25519],
                 "runtime",
                 Proposal(
                     run_id=f"m-{n}",

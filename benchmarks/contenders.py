@@ -15,6 +15,7 @@ from benchmarks.quixenv import quix_python
 from processor.kafka.topics import TopicNames
 from processor.runtimes.children import die_with_parent
 from processor.runtimes.native.process import WorkerProcess
+from processor.trust.signatures import Algorithm
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,6 +28,7 @@ class Setup:
     workdir: Path
     group: str
     console: Console
+    algorithm: Algorithm = Algorithm.ED25519  # what the input is signed with
 
     @property
     def names(self) -> TopicNames:
@@ -184,6 +186,9 @@ CONTENDERS: dict[str, Callable[[Setup], Running]] = {
 }
 #: Not a contender of its own: the native worker scaled out, for the throughput table.
 NATIVE_PAIR = _workers(2)
+#: Not a contender of its own either: the native worker on input signed with HMAC (every
+#: other row's input is signed with Ed25519, as `runstate keys generate` makes keys).
+NATIVE_HMAC = "native · HMAC"
 
 DESCRIPTIONS = {
     "ceiling": "confluent-kafka transactional passthrough, no state (the ceiling)",
@@ -192,4 +197,5 @@ DESCRIPTIONS = {
     "quix": "Quix Streams app calling decide_record, RocksDB state, exactly once",
     "sqlite": "reference design: state machine in SQLite (a commit per write), at least once",
     "native ×2": "2 runstate worker processes (native) in one group, 3 partitions",
+    NATIVE_HMAC: "runstate worker (native), the input signed with HMAC-SHA256",
 }

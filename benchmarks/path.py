@@ -2,8 +2,9 @@
 
 The path is what the worker's loop does with a record once the consumer has handed it
 over, in the worker's own functions: admit (decode, check key and partition, verify the
-HMAC signature), decide (against the partition transaction: the store's snapshot and
-proposal ids; the commit's records encoded), encode the outcome's output records, stage
+signature: Ed25519 as agents sign, and HMAC, each a path of its own), decide (against
+the partition transaction: the store's snapshot and proposal ids; the commit's records
+encoded), encode the outcome's output records, stage
 them (metrics batch, partition transaction), the store's batch per 500 records (built,
 then written with its offsets) and the metrics tallied per batch. No broker, no
 producer: what one core of Python costs per proposal before Kafka costs anything.
@@ -12,7 +13,8 @@ The peer, measured in the same run over the same records: `decide_record` over r
 held in a dict (`RunsInMemory`), the pipeline alone. The ratio says how much the
 runtime's store, records and metrics add to deciding.
 
-Usage: python -m benchmarks.path [--proposals 50000] [--rounds 3] [--json]
+Usage: python -m benchmarks.path [--proposals 50000] [--rounds 3]
+                                [--signatures ed25519,hmac-sha256] [--json]
 """
 
 import argparse
@@ -23,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.workload import for_topic, lives
+from benchmarks.workload import Keys, for_topic, lives
 from processor.engine import Beat, Commit, Forget
 from processor.kafka.partitioning import partition_for
 from processor.kafka.topics import TopicNames
@@ -42,8 +44,8 @@ from processor.records.pipeline import (
 )
 from processor.runtimes.native.store.changes import PartitionTransaction
 from processor.runtimes.native.store.partition import PartitionStore
-from processor.trust.keygen import generate_keyring
 from processor.trust.keyring import Keyring
+from processor.trust.signatures import Algorithm
 from schemas import Rejection
 
 STAGES = ("admit", "decide", "encode", "stage", "store", "metrics")
@@ -148,31 +150,26 @@ def best(rounds: int, measure: Callable[[], float]) -> float:
     return min(measure() for _ in range(rounds))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--proposals", type=int, default=50_000)
-    parser.add_argument("--rounds", type=int, default=3, help="Best of this many (3).")
-    parser.add_argument("--json", action="store_true", help="Print JSON, not a table.")
-    args = parser.parse_args()
+def measure(algorithm: Algorithm, proposals: int, rounds: int) -> dict[str, Any]:
+    """The path and the peer over the lives signed with `algorithm`."""
+    keys = Keys.generate(algorithm)
     # Signed long before the records' times: the signature's age is not what is measured.
-    keyring = generate_keyring().model_copy(update={"signature_max_age_ms": 10**15})
+    keyring = keys.keyring.model_copy(update={"signature_max_age_ms": 10**15})
     topics = TopicNames.with_prefix("path.")
-    records = for_topic(
-        lives(keyring, max(10, args.proposals // 10), args.proposals, 8), keyring, topics.proposals
-    )
+    records = for_topic(lives(keys, max(10, proposals // 10), proposals, 8), keys, topics.proposals)
     n = len(records)
-    rounds = []
-    for _ in range(args.rounds):
+    spent_rounds = []
+    for _ in range(rounds):
         spent, commits = path_round(records, keyring, topics)
         if commits < len(records) / 2:
             raise SystemExit(f"only {commits} of {len(records)} committed: not the worker's path")
-        rounds.append(spent)
-    fastest = min(rounds, key=lambda r: sum(r.values()))
-    peer = best(args.rounds, lambda: peer_round(records, keyring, topics))
+        spent_rounds.append(spent)
+    fastest = min(spent_rounds, key=lambda r: sum(r.values()))
+    peer = best(rounds, lambda: peer_round(records, keyring, topics))
     path_s = sum(fastest.values())
-    result = {
+    return {
         "proposals": n,
-        "rounds": args.rounds,
+        "rounds": rounds,
         "us_per_proposal": {stage: round(s / n * 1e6, 2) for stage, s in fastest.items()},
         "path_us": round(path_s / n * 1e6, 2),
         "path_per_s": round(n / path_s),
@@ -180,17 +177,39 @@ def main() -> None:
         "peer_per_s": round(n / peer),
         "path_over_peer": round(path_s / peer, 2),
     }
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return
-    print(f"{n:,} proposals of the built-in machines' lives; best of {args.rounds} rounds")
-    for stage, us in result["us_per_proposal"].items():
-        print(f"  {stage:>8}: {us:6.1f} µs/proposal")
-    print(
-        f"  path: {result['path_us']:.1f} µs ({result['path_per_s']:,}/s); peer, decide_record "
-        f"over a dict: {result['peer_us']:.1f} µs ({result['peer_per_s']:,}/s); "
-        f"path ÷ peer {result['path_over_peer']:.2f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--proposals", type=int, default=50_000)
+    parser.add_argument("--rounds", type=int, default=3, help="Best of this many (3).")
+    parser.add_argument(
+        "--signatures",
+        default=",".join(Algorithm),
+        help=f"The input signed with each of these, a path each ({','.join(Algorithm)}).",
     )
+    parser.add_argument("--json", action="store_true", help="Print JSON, not a table.")
+    args = parser.parse_args()
+    try:
+        algorithms = [Algorithm(a.strip()) for a in args.signatures.split(",") if a.strip()]
+    except ValueError as exc:
+        raise SystemExit(f"--signatures: {exc}; choose from {', '.join(Algorithm)}") from None
+    results = {str(a): measure(a, args.proposals, args.rounds) for a in algorithms}
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    for algorithm, result in results.items():
+        print(
+            f"{result['proposals']:,} proposals of the built-in machines' lives, signed "
+            f"{algorithm}; best of {args.rounds} rounds"
+        )
+        for stage, us in result["us_per_proposal"].items():
+            print(f"  {stage:>8}: {us:6.1f} µs/proposal")
+        print(
+            f"  path: {result['path_us']:.1f} µs ({result['path_per_s']:,}/s); peer, "
+            f"decide_record over a dict: {result['peer_us']:.1f} µs "
+            f"({result['peer_per_s']:,}/s); path ÷ peer {result['path_over_peer']:.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from rich.progress import Progress
 
 from benchmarks import profile
 from benchmarks.bench import PARTITIONS, Bench
-from benchmarks.contenders import CONTENDERS, NATIVE_PAIR
+from benchmarks.contenders import CONTENDERS, NATIVE_HMAC, NATIVE_PAIR
 from benchmarks.measure import drain, growth_and_restore, latency
 from benchmarks.records import RawRecord
 from benchmarks.report import machine, markdown, spread
@@ -39,6 +39,7 @@ from processor.engine import Commit
 from processor.machines import builtin_machines
 from processor.records.pipeline import decide_record
 from processor.trust.keyring import Keyring
+from processor.trust.signatures import Algorithm
 from schemas.messages import RunSnapshot
 
 FULL: dict[str, Any] = {
@@ -81,6 +82,9 @@ LEFT_OUT = (
     "drains far below 20 % of the ceiling's rate: at these loads it only builds a "
     "backlog (see its throughput, and its latency at fractions of the native rate)"
 )
+#: The Faust runtime's drain rate in `make bench` at 4735c36 (record by record): its target
+#: is five times that.
+FAUST_BEFORE = 762
 #: How long after a feed the outcomes still missing are awaited.
 DRAIN_S = 60.0
 
@@ -123,6 +127,9 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument(
         "--no-pair", action="store_true", help="Leave out the 2-worker throughput row."
+    )
+    parser.add_argument(
+        "--no-hmac", action="store_true", help="Leave out the HMAC-signed native row."
     )
     parser.add_argument(
         "--quick", action="store_true", help="Smoke-sized defaults: seconds, not figures."
@@ -225,14 +232,17 @@ def warm_up_broker(bench: Bench, records: list[RawRecord], drains: int) -> None:
 def throughput(
     bench: Bench, args: argparse.Namespace, chosen: list[str], records: list[RawRecord]
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """Drain rates (and peak memory, and this process's CPU meanwhile) per contender,
-    interleaved over the repeats; and two native workers in one group, when asked."""
-    names = [*chosen, *([] if args.no_pair else ["native ×2"])]
+    """Drain rates (and peak memory, the contender's CPU per proposal, and this process's
+    CPU meanwhile) per contender, interleaved over the repeats; the native worker on
+    HMAC-signed input; and two native workers in one group, when asked."""
+    extra = [*([] if args.no_hmac else [NATIVE_HMAC]), *([] if args.no_pair else ["native ×2"])]
+    names = [*chosen, *extra]
     expected_refused = refused_share(bench.keyring, records)
     rates: dict[str, list[float]] = {name: [] for name in names}
     peaks: dict[str, list[float]] = {name: [] for name in names}
     cpus: dict[str, list[float]] = {name: [] for name in names}
     theirs: dict[str, list[float]] = {name: [] for name in names}
+    per_proposal: dict[str, list[float]] = {name: [] for name in names}
     console = bench.console
     # The ceiling drained the input in 0.3 s, where a commit's 10 ms or a collection
     # pause moved its rate by tens of percent (three drains read 24,937 to 168,252/s):
@@ -249,20 +259,23 @@ def throughput(
         for repeat in range(args.repeats):
             for name in names:
                 progress.update(task, description=f"throughput: {name}, repeat {repeat + 1}")
-                setup = bench.setup(name.replace(" ×", "x"))
+                hmac = name == NATIVE_HMAC
+                algorithm = Algorithm.HMAC_SHA256 if hmac else Algorithm.ED25519
+                setup = bench.setup(name.replace(" ×", "x").split(" ")[0], algorithm)
                 mine = bench.signed_for(setup, ceiling_records if name == "ceiling" else records)
                 pair = name == "native ×2"
-                start = NATIVE_PAIR if pair else CONTENDERS[name]
+                start = NATIVE_PAIR if pair else CONTENDERS["native" if hmac else name]
                 result = drain(setup, start, mine, PARTITIONS, started_first=pair)
                 same_rules(name, result.refused, expected_refused)
                 rates[name].append(result.rate)
                 peaks[name].append(result.peak_mb)
                 cpus[name].append(result.bench_cpu)
                 theirs[name].append(result.contender_cpu)
+                per_proposal[name].append(result.contender_cpu / result.rate * 1e6)
                 console.print(
                     f"throughput {name}: {result.rate:,.0f} proposals/s (its CPU "
-                    f"{result.contender_cpu:.0%}, the benchmark's {result.bench_cpu:.0%} "
-                    "of a core)"
+                    f"{result.contender_cpu:.0%} of a core, {per_proposal[name][-1]:,.1f} µs "
+                    f"a proposal; the benchmark's {result.bench_cpu:.0%})"
                 )
                 progress.advance(task)
     rows = {
@@ -271,6 +284,7 @@ def throughput(
             "peak_mb": spread(peaks[name]),
             "bench_cpu": spread(cpus[name]),
             "contender_cpu": spread(theirs[name]),
+            "cpu_us_per_proposal": spread(per_proposal[name]),
         }
         for name in names
     }
@@ -465,6 +479,75 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                 ratio is not None and ratio >= wanted,
             )
         )
+    us = {
+        name: row["cpu_us_per_proposal"]["median"]
+        for name, row in results["throughput"].items()
+        if "cpu_us_per_proposal" in row
+    }
+    hmac_us = us.get(NATIVE_HMAC)
+    out.append(
+        _row(
+            "native CPU per HMAC-signed proposal ≤ 45 µs",
+            hmac_us,
+            f"{hmac_us:.1f} µs" if hmac_us is not None else "",
+            hmac_us is not None and hmac_us <= 45,
+        )
+    )
+    above = us["native"] - hmac_us if hmac_us is not None and "native" in us else None
+    out.append(
+        _row(
+            "native CPU per Ed25519-signed proposal ≤ the HMAC row + 65 µs (one verify)",
+            above,
+            f"+{above:.1f} µs" if above is not None else "",
+            above is not None and above <= 65,
+        )
+    )
+    per_cpu = us["quix"] / us["native"] if "quix" in us and "native" in us else None
+    out.append(
+        _row(
+            "proposals per CPU-second, native ÷ quix ≥ 2",
+            per_cpu,
+            f"{per_cpu:.2f}" if per_cpu is not None else "",
+            per_cpu is not None and per_cpu >= 2,
+        )
+    )
+    faust = rate.get("faust")
+    out.append(
+        _row(
+            f"faust ≥ {5 * FAUST_BEFORE:,} proposals/s (5× its {FAUST_BEFORE:,}/s at 4735c36)",
+            faust,
+            f"{faust:,.0f}/s" if faust is not None else "",
+            faust is not None and faust >= 5 * FAUST_BEFORE,
+        )
+    )
+    behind = rate["native"] / faust if faust else None
+    out.append(
+        _row(
+            "drain throughput, native ÷ faust ≤ 3",
+            behind,
+            f"{behind:.2f}" if behind is not None else "",
+            behind is not None and behind <= 3,
+        )
+    )
+    at20 = _at(results["latency"], 0.2) or {}
+    p99 = at20["native"]["p99_ms"] if "native" in at20 else None
+    out.append(
+        _row(
+            "at 20 % of the native rate, native p99 ≤ 50 ms",
+            p99,
+            f"{p99:.1f} ms" if p99 is not None else "",
+            p99 is not None and p99 <= 50,
+        )
+    )
+    answered20 = at20["native"]["answered_ratio"] if "native" in at20 else None
+    out.append(
+        _row(
+            "at 20 % of the native rate, native answered ÷ offered ≥ 0.99",
+            answered20,
+            f"{answered20:.3f}" if answered20 is not None else "",
+            answered20 is not None and answered20 >= 0.99,
+        )
+    )
     at50 = _at(results["ceiling_latency"], 0.5) or {}
     answered = at50["native"]["answered_ratio"] if "native" in at50 else None
     out.append(

@@ -13,7 +13,13 @@ from processor.broker.launcher import cache_root
 QUIX = "quixstreams==3.28.1"
 # What the project's modules the peer imports need besides what Quix brings, with the
 # module each gives: installed into a venv created before one of them was needed, too.
-EXTRA = {"PyYAML>=6.0": "yaml", "rfc8785>=0.1.4": "rfc8785", "orjson>=3.9": "orjson"}
+# PyNaCl: the peer verifies Ed25519 signatures with libsodium, as the worker does.
+EXTRA = {
+    "PyYAML>=6.0": "yaml",
+    "rfc8785>=0.1.4": "rfc8785",
+    "orjson>=3.9": "orjson",
+    "PyNaCl>=1.5": "nacl",
+}
 
 
 def quix_python(console: Console) -> Path:

@@ -10,16 +10,17 @@ interleaved; each run's own order is kept."""
 import itertools
 import random
 import time
-from collections.abc import Iterator
-from dataclasses import replace
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from benchmarks.records import RawRecord
 from processor.engine import Commit, Machine
 from processor.machines import builtin_machines
 from processor.records.pipeline import decide_record
-from processor.trust.keyring import Keyring, signing_key_from
-from processor.trust.signatures import HEADER_KEY_ID
+from processor.trust.keygen import generate_keys
+from processor.trust.keyring import Keyring, SigningKey
+from processor.trust.signatures import HEADER_KEY_ID, Algorithm
 from schemas.messages import Proposal, RunSnapshot
 
 T0_MS = 1_800_000_000_000
@@ -31,17 +32,30 @@ TOPIC = "runstate.proposals"
 BENCH_MAX_AGE_MS = 24 * 3600 * 1000
 
 
-def signed(keyring: Keyring, key_id: str, proposal: Proposal, at_ms: int = T0_MS) -> RawRecord:
-    """`proposal` as its record on the proposals topic, signed with keyring key `key_id`."""
+@dataclass(frozen=True)
+class Keys:
+    """A keyring (what a contender verifies with) and each of its keys' signing half
+    (what the agents sign with), the standard principals' key ids either way."""
+
+    keyring: Keyring
+    signers: Mapping[str, SigningKey]
+
+    @classmethod
+    def generate(cls, algorithm: Algorithm) -> "Keys":
+        keyring, signers = generate_keys(algorithm)
+        return cls(keyring.model_copy(update={"signature_max_age_ms": BENCH_MAX_AGE_MS}), signers)
+
+
+def signed(keys: Keys, key_id: str, proposal: Proposal, at_ms: int = T0_MS) -> RawRecord:
+    """`proposal` as its record on the proposals topic, signed with key `key_id`."""
     value = proposal.model_dump_json(exclude_none=True).encode()
     key = proposal.run_id.encode()
-    return RawRecord(
-        key, value, signing_key_from(keyring, key_id).headers(TOPIC, key, value, at_ms)
-    )
+    return RawRecord(key, value, keys.signers[key_id].headers(TOPIC, key, value, at_ms))
 
 
-def for_topic(records: list[RawRecord], keyring: Keyring, topic: str) -> list[RawRecord]:
-    """The records signed again for `topic`, now (a signature covers its topic and time);
+def for_topic(records: list[RawRecord], keys: Keys, topic: str) -> list[RawRecord]:
+    """The records signed again for `topic`, now, with `keys` (a signature covers its
+    topic and time; the key ids are the standard principals' whatever the algorithm);
     unsigned records stay as they are."""
     now = int(time.time() * 1000)
     out = []
@@ -50,7 +64,7 @@ def for_topic(records: list[RawRecord], keyring: Keyring, topic: str) -> list[Ra
         if key_id is None or record.value is None:
             out.append(record)
             continue
-        signer = signing_key_from(keyring, key_id.decode() if isinstance(key_id, bytes) else key_id)
+        signer = keys.signers[key_id.decode() if isinstance(key_id, bytes) else key_id]
         headers = signer.headers(topic, record.key, record.value, now)
         out.append(replace(record, headers=headers))
     return out
@@ -60,15 +74,9 @@ class _Life:
     """One run being walked: its records so far and its snapshot as the engine left it."""
 
     def __init__(
-        self, run_id: str, machine: Machine, keyring: Keyring, ids: Iterator[int], seed: int
+        self, run_id: str, machine: Machine, keys: Keys, ids: Iterator[int], seed: int
     ) -> None:
-        self.run_id, self.machine, self.keyring, self.ids, self.seed = (
-            run_id,
-            machine,
-            keyring,
-            ids,
-            seed,
-        )
+        self.run_id, self.machine, self.keys, self.ids, self.seed = run_id, machine, keys, ids, seed
         self.snapshot: RunSnapshot | None = None
         self.records: list[RawRecord] = []
 
@@ -77,14 +85,14 @@ class _Life:
         proposal = Proposal(
             run_id=self.run_id, event=event, proposal_id=f"p-{self.seed}-{n}", **fields
         )
-        record = signed(self.keyring, key, proposal)
+        record = signed(self.keys, key, proposal)
         outcome = decide_record(
             record.key,
             record.value,
             record.headers,
             T0_MS + n,
             topic=TOPIC,
-            keyring=self.keyring,
+            keyring=self.keys.keyring,
             machines={self.machine.name: self.machine},
             lookup=lambda _id: self.snapshot,
             seen=lambda _run, _proposal: None,
@@ -109,8 +117,9 @@ def _key_for(machine: Machine, event: str, keyring: Keyring, rng: random.Random)
 
 
 def lives(
-    keyring: Keyring, runs: int, proposals: int, seed: int, refused: float = 0.1
+    keys: Keys, runs: int, proposals: int, seed: int, refused: float = 0.1
 ) -> list[RawRecord]:
+    keyring = keys.keyring
     rng = random.Random(seed)
     machines = builtin_machines()
     names = sorted(machines)
@@ -119,7 +128,7 @@ def lives(
     ids = itertools.count()
     for r in range(runs):
         machine = machines[names[r % len(names)]]
-        run = _Life(f"run-{seed}-{r}", machine, keyring, ids, seed)
+        run = _Life(f"run-{seed}-{r}", machine, keys, ids, seed)
         propose = run.propose
         propose(
             "create", "runtime", payload={"machine": machine.name, "options": {"max_retries": 3}}

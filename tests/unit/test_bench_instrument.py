@@ -8,6 +8,7 @@ import pytest
 
 from benchmarks.measure import Latency, _latency, answer_id
 from benchmarks.profile import STAGES, budget, classify, flame_svg, parse_raw
+from processor.trust.signatures import Algorithm
 
 pytestmark = pytest.mark.unit
 
@@ -180,15 +181,17 @@ def test_answered_over_offered_is_the_contenders_rate_when_it_falls_behind() -> 
     assert found.p50_ms > 5000
 
 
-def test_the_path_benchmark_decides_as_the_worker_does() -> None:
+@pytest.mark.parametrize("algorithm", list(Algorithm))
+def test_the_path_benchmark_decides_as_the_worker_does(algorithm: Algorithm) -> None:
     from benchmarks.path import STAGES, path_round, peer_round
-    from benchmarks.workload import for_topic, lives
+    from benchmarks.workload import Keys, for_topic, lives
     from processor.kafka.topics import TopicNames
-    from processor.trust.keygen import generate_keyring
 
-    keyring = generate_keyring().model_copy(update={"signature_max_age_ms": 10**15})
+    keys = Keys.generate(algorithm)
+    keyring = keys.keyring.model_copy(update={"signature_max_age_ms": 10**15})
     topics = TopicNames.with_prefix("path.")
-    records = for_topic(lives(keyring, 30, 300, 8), keyring, topics.proposals)
+    records = for_topic(lives(keys, 30, 300, 8), keys, topics.proposals)
+    assert all(dict(r.headers)["runstate-key-id"] for r in records)
     spent, commits = path_round(records, keyring, topics)
     assert set(spent) == set(STAGES) and all(s > 0 for s in spent.values())
     # The lives refuse about a tenth of their proposals; the rest commit.
