@@ -60,3 +60,27 @@ def test_a_lost_seek_is_asked_for_again() -> None:
     verdicts = [positions.classify(0, 101 + i, generation=1) for i in range(RESEEK_AFTER)]
     assert verdicts[:-1] == [Verdict.WAIT] * (RESEEK_AFTER - 1)
     assert verdicts[-1] is Verdict.SEEK
+
+
+def test_a_batch_takes_records_in_order_before_any_is_delivered() -> None:
+    positions = started_at(10)
+    for offset in (10, 11, 12):
+        assert positions.classify(0, offset, generation=1) is Verdict.DECIDE
+        positions.take(0, offset)
+    # taken again (Faust read it twice) is not decided twice in one batch
+    assert positions.classify(0, 11, generation=1) is Verdict.SKIP
+    # a record past the batch's end is a gap, as ever
+    assert positions.classify(0, 14, generation=1) is Verdict.SEEK
+    assert positions.next[0] == 10  # nothing delivered yet
+    positions.decided(0, 12)
+    positions.release()
+    assert positions.classify(0, 13, generation=1) is Verdict.DECIDE
+
+
+def test_a_batch_given_up_is_decided_again() -> None:
+    positions = started_at(10)
+    for offset in (10, 11):
+        assert positions.classify(0, offset, generation=1) is Verdict.DECIDE
+        positions.take(0, offset)
+    positions.release()  # its delivery failed: nothing was delivered
+    assert positions.classify(0, 10, generation=1) is Verdict.DECIDE

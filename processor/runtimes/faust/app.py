@@ -5,9 +5,12 @@ keeps snapshots in a Faust Table on the rocksdict driver, changelogged to the sa
 Faust writes a table through to RocksDB and its changelog before the input offset is
 committed, so it cannot give the native worker's exactly-once. What it gives instead
 (docs/runtimes.md, Guarantees per runtime), by three rules:
-  - each outcome is acknowledged by the broker before the next proposal is decided; a
-    commit's transition before its changelog record, and both before the table's store
-    is written: no outcome is lost, and a transition sent again is the same record;
+  - the agent decides a batch of proposals (each against the snapshots the ones before
+    it left), then delivers their outcomes in two phases, each sent at once and
+    acknowledged whole by the broker: every record but the snapshots (transitions,
+    rejections, DLQ records, dedupe records), then the snapshots; the table's store is
+    written only after both: no outcome is lost, and a transition sent again is the same
+    record;
   - the agent, not Faust, owns the proposals' positions (`positions`): Faust drops
     fetched records around a rebalance, so a gap makes the agent seek back, and only
     offsets the agent has answered are committed;
@@ -20,8 +23,8 @@ once: each is marked fired in the table and its changelog once its record is del
 
 `FaustWorker` builds the app, holds the state and registers the agent and the timers;
 each job is a part of its own:
-- `Decision` (processing.py): one proposal decided, its outcome delivered, then written to
-  the table, in the order the rules above need;
+- `Decision` (processing.py): a batch of proposals decided, their outcomes delivered, then
+  written to the table, in the order the rules above need;
 - `TimerTick` (timers.py): due timers fired, every `timer_interval_ms`;
 - `Positions` (positions.py): the offsets the agent vouches for, read and written by the
   worker's `verdict`, `delivered` and `commit_positions`;
@@ -31,6 +34,7 @@ each job is a part of its own:
 """
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -45,7 +49,7 @@ from processor.runtimes.faust import datadir_of
 from processor.runtimes.faust.kafka import faust_kafka_settings
 from processor.runtimes.faust.observe import StateIndex, faust_metrics
 from processor.runtimes.faust.positions import Positions, Verdict
-from processor.runtimes.faust.processing import Decision
+from processor.runtimes.faust.processing import Decision, last_offset
 from processor.runtimes.faust.table import NEXT_OFFSET_KEY, RunsTable
 from processor.runtimes.faust.timers import DueIndex, TimerTick
 from processor.runtimes.faust.transport import Consumer, Transport
@@ -60,6 +64,11 @@ log = logging.getLogger("runstate.faust")
 
 #: aiokafka's default batch size (Faust's `producer_max_batch_size`).
 FAUST_BATCH_SIZE = 16_384
+#: Proposals decided together at most, and how long the agent waits for a batch to fill
+#: (Faust's `take_events` waits that long unless the batch fills first: at a trickle,
+#: up to that much of every answer).
+DECIDE_BATCH = 500
+DECIDE_WAIT_S = 0.005
 
 
 @dataclass
@@ -240,14 +249,25 @@ class FaustWorker:
         return cast(Consumer, self.app.consumer)
 
     async def decide_proposals(self, stream: Any) -> None:
-        """The agent: each proposal decided once `positions` says it is the next."""
-        async for event in stream.events():
+        """The agent: the proposals `positions` says are next, decided a batch at a time
+        (what arrived within `DECIDE_WAIT_S`, up to `DECIDE_BATCH`)."""
+        async for events in stream.take_events(DECIDE_BATCH, within=DECIDE_WAIT_S):
+            try:
+                await self.decide_events(events)
+            finally:
+                self.positions.release()
+
+    async def decide_events(self, events: Sequence[Any]) -> None:
+        batch: list[Any] = []
+        for event in events:
             message = event.message
             action = self.verdict(message)
             if action is Verdict.SKIP:
                 self.stats.skipped += 1
                 continue
             if action is Verdict.SEEK:
+                await self.decision.decide(batch)  # what came before the gap, first
+                batch = []
                 log.warning(
                     "%s: records before offset %d were dropped by Faust; seeking back to %d",
                     message.tp,
@@ -258,14 +278,16 @@ class FaustWorker:
                 continue
             if action is Verdict.WAIT:
                 continue
-            await self.decision.decide(message)
+            batch.append(message)
+            self.positions.take(message.partition, last_offset(message))
+        await self.decision.decide(batch)
 
     def verdict(self, message: Any) -> Verdict:
         """What to do with this record (see `positions`), from every floor known."""
         positions = self.positions
         partition = message.partition
         if partition not in self.marks_read:  # the local mark, once per partition
-            mark = self.runs.data.get(NEXT_OFFSET_KEY)
+            mark = self.runs.partition_read(partition, NEXT_OFFSET_KEY)
             if mark is not None:
                 positions.learn(partition, int(mark))
             self.marks_read.add(partition)
@@ -282,7 +304,7 @@ class FaustWorker:
     def delivered(self, message: Any, last: int) -> None:
         """The outcome of every offset of `message` up to `last` is delivered."""
         self.positions.decided(message.partition, last)
-        self.runs.data[NEXT_OFFSET_KEY] = str(last + 1).encode()
+        self.runs.partition_put(message.partition, NEXT_OFFSET_KEY, str(last + 1).encode())
 
     async def commit_positions(self) -> None:
         """The offsets the agent vouches for, committed (every `commit_interval_ms`)."""

@@ -3,8 +3,8 @@
 runs in each state with the time each entered it (GET /runs?state=, /stats).
 
 An outcome counts once its records are acknowledged by the broker (this runtime's
-"commit"): `runstate_transaction_seconds` is then the time to deliver one proposal's
-outcome and `runstate_transaction_records` is 1 per proposal. A proposal answered again
+"commit"): `runstate_transaction_seconds` is then the time to deliver one batch's
+outcomes and `runstate_transaction_records` its proposals. A proposal answered again
 after a crash (at least once) is counted again by the worker that answers it. Runs by
 state come from an in-memory index per partition (`StateIndex`), built by the same scan
 of the partition's table that builds the timers' index and kept by every commit, so a

@@ -39,6 +39,9 @@ class _Seek:
 class Positions:
     next: dict[int, int] = field(default_factory=dict)
     _seeks: dict[int, _Seek] = field(default_factory=dict)
+    # Per partition, the offset after the last record taken into the batch being decided
+    # (not delivered yet): the next record to take is the one after it.
+    _taken: dict[int, int] = field(default_factory=dict)
 
     def learn(self, partition: int, floor: int) -> None:
         """Every offset below `floor` has had its outcome delivered."""
@@ -49,8 +52,17 @@ class Positions:
     def known(self, partition: int) -> bool:
         return partition in self.next
 
+    def take(self, partition: int, last: int) -> None:
+        """The records up to `last` are taken into the batch being decided."""
+        self._taken[partition] = last + 1
+
+    def release(self) -> None:
+        """The batch is over: delivered (`decided` learned it) or given up (its records
+        are decided again when read again)."""
+        self._taken.clear()
+
     def classify(self, partition: int, offset: int, generation: int) -> Verdict:
-        expected = self.next[partition]
+        expected = max(self.next[partition], self._taken.get(partition, -1))
         if offset < expected:
             return Verdict.SKIP
         if offset == expected:

@@ -1,13 +1,15 @@
-"""One proposal of the Faust agent, from its record to the table: decided, its outcome
-delivered record by record (each acknowledged before the next), then written to the
-table; counted, measured and logged once delivered. The order is what the runtime's
-guarantees rest on (app.py); the agent asks for this only for a record `positions` says
-to decide.
+"""A batch of the Faust agent's proposals, from their records to the table: each decided
+in order against the table and what the batch's earlier outcomes will write to it
+(`Staged`); their outcomes delivered in two phases, every record but the snapshots, then
+the snapshots (each phase sent at once, then awaited whole); then written to the table;
+counted, measured and logged once delivered. The order is what the runtime's guarantees
+rest on (app.py); the agent asks for this only for records `positions` says to decide.
 """
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, cast
 
@@ -48,8 +50,57 @@ from schemas.messages import Proposal, Rejection, RunSnapshot
 log = logging.getLogger("runstate.faust")
 
 
+def last_offset(message: Any) -> int:
+    """The last offset a record stands for: its own, or the last of a batch the
+    consumer could not read (`transport`)."""
+    checksum = message.checksum
+    return checksum.last if isinstance(checksum, Unreadable) else int(message.offset)
+
+
+def _key(record: OutputRecord) -> bytes:
+    """A changelog record's key (every one has a key)."""
+    assert record.key is not None
+    return record.key
+
+
+@dataclass
+class Staged:
+    """What the table will hold once a batch's earlier outcomes are delivered: runs by
+    id (None: forgotten) and the table's other keys (None: dropped)."""
+
+    runs: dict[str, RunSnapshot | None] = field(default_factory=dict)
+    keys: dict[bytes, bytes | None] = field(default_factory=dict)
+
+
+@dataclass
+class Sendable:
+    """An output record, the partition it goes to and its headers."""
+
+    record: OutputRecord
+    partition: int
+    headers: Any
+
+
+@dataclass
+class Prepared:
+    """One record of a batch, decided: what to send before the snapshots, its snapshot,
+    and what the table and the counters learn once it is delivered."""
+
+    message: Any
+    last: int  # its last offset (a batch the consumer could not read spans several)
+    outcome: Outcome
+    previous: RunSnapshot | None
+    decision: Any  # the traced decision's span context, or None
+    before_snapshot: list[Sendable]
+    snapshot: Sendable | None
+    records: list[OutputRecord]  # the outcome's
+    own: list[OutputRecord]  # this runtime's changelog records (dedupe, forgotten ids)
+
+
 class Decision:
-    """Decides the agent's proposals, one `decide` per record, against the runs table."""
+    """Decides the agent's proposals, a batch per `decide`, against the runs table. The
+    table is read and written in each record's partition (never through Faust's
+    current event, which a batch of several partitions does not have)."""
 
     def __init__(
         self,
@@ -86,23 +137,64 @@ class Decision:
         self.read_fence = read_fence
         self.delivered = delivered
 
-    async def decide(self, message: Any) -> None:
-        """Decide one proposal record (or a batch the consumer could not read) and
-        deliver its outcome."""
-        topics, runs, metrics = self.topics, self.runs, self.metrics
-        seen: dict[str, RunSnapshot | None] = {}
+    async def decide(self, messages: Sequence[Any]) -> None:
+        """Decide a batch of proposal records (or batches the consumer could not read),
+        in order, and deliver their outcomes: every record but the snapshots first, then
+        the snapshots, each phase sent at once and awaited whole; then the table."""
+        if not messages:
+            return
+        staged = Staged()
+        prepared = [self.prepare(message, staged) for message in messages]
+        sending = time.perf_counter()
+        sending_ns = time.time_ns() if any(p.decision is not None for p in prepared) else 0
+        # From the first output sent until the table has the outcomes, a reader who saw
+        # one of those outputs waits for it (read_fence.py).
+        fenced = self.read_fence.open()
+        try:
+            # A snapshot (the last changelog record of an outcome, naming its proposal's
+            # offset: SOURCE_OFFSET_HEADER) is sent only once every other record of the
+            # batch is acknowledged: a worker that restores a snapshot finds every output
+            # of its proposal, and of the proposals before it, delivered. A crash before
+            # the snapshots decides the batch again, to the same outcomes (`committed_by`).
+            await self._deliver([r for p in prepared for r in p.before_snapshot])
+            await self._deliver([p.snapshot for p in prepared if p.snapshot is not None])
+            for p in prepared:
+                self._stored(p)
+        finally:
+            self.read_fence.close(fenced)
+        decisions = [p.decision for p in prepared if p.decision is not None]
+        if decisions:
+            traces.committed(decisions, sending_ns)
+        observed = MetricsBatch()
+        for p in prepared:
+            self.stats.count(p.outcome)
+            observed.stage(p.previous, p.outcome)
+        # Counted once acknowledged (this runtime's commit).
+        self.metrics.committed(observed, time.perf_counter() - sending, len(prepared))
+        logging_these = [p.outcome for p in prepared if logged(p.outcome)]
+        if logging_these:
+            log_outcomes(logging_these)  # acknowledged, at its level (logs.py)
 
-        def looked_up(run_id: str, seen: dict[str, RunSnapshot | None] = seen) -> Any:
-            """The run as the engine saw it (kept: the metrics' previous state)."""
-            if run_id not in seen:
-                seen[run_id] = self.snapshot_of(run_id)
-            return seen[run_id]
+    def prepare(self, message: Any, staged: "Staged") -> "Prepared":
+        """One record decided against the table and what the batch staged before it;
+        its outcome's records, and what the table will hold once they are delivered."""
+        topics, runs, metrics = self.topics, self.runs, self.metrics
+
+        def looked_up(run_id: str) -> Any:
+            if run_id in staged.runs:
+                return staged.runs[run_id]
+            return self.snapshot_of(message.partition, run_id)
+
+        def table_get(partition: int, key: bytes) -> bytes | None:
+            if key in staged.keys:
+                return staged.keys[key]
+            return runs.partition_read(partition, key)
 
         at_ms = round(message.timestamp * 1000)
         # A batch the consumer could not read (`transport`): one DLQ record for it,
         # naming its offsets and the reason; the partition goes on after it.
         unreadable = message.checksum if isinstance(message.checksum, Unreadable) else None
-        last = message.offset if unreadable is None else unreadable.last
+        last = last_offset(message)
         outcome: Outcome
         decision = None  # the traced decision's span (`traces.decided`)
         try:
@@ -120,7 +212,7 @@ class Decision:
                     keyring=self.keyring.current(),
                     machines=self.config.machines,
                     lookup=looked_up,
-                    seen=partial(self.committed_by, message.partition, looked_up),
+                    seen=partial(self.committed_by, message.partition, looked_up, table_get),
                     placement=Placement(message.partition, self.partitions),
                     max_bytes=self.config.settings.max_proposal_bytes,
                     max_state_bytes=self.config.settings.max_state_bytes,
@@ -144,17 +236,12 @@ class Decision:
         partition = message.partition
         source = Source(message.topic, partition, message.offset, message.key, message.value, at_ms)
         outcome, records = publishable(topics, outcome, source, self.limits, relay=self.relay)
-        # Each record delivered (awaited) before the next, the transition before its
-        # snapshot, and all before the offset can be committed. Faust's own
-        # `runs[key] = ...` sends the changelog record whenever its buffer drains,
-        # possibly after the offset is committed; a crash there lost the record, and
-        # recovery replayed older ones over the newer store.
         run_id = outcome_run_id(outcome)
         previous = looked_up(run_id) if run_id else None
         # This runtime's own changelog records go before the run's snapshot (or
-        # tombstone), which is always last: only that one names the proposal's offset
-        # (SOURCE_OFFSET_HEADER), so a crash before it decides the proposal again,
-        # and one after it finds everything written.
+        # tombstone, or remembered answer), which is always last: only that one names the
+        # proposal's offset (SOURCE_OFFSET_HEADER), so a crash before it decides the
+        # proposal again, and one after it finds everything written.
         own: list[OutputRecord] = []
         if isinstance(outcome, Commit):  # dedupe for the run's life
             t = outcome.transition
@@ -163,77 +250,110 @@ class Decision:
                 OutputRecord(topics.changelog, proposal_key(t.run_id, t.proposal_id), answer)
             )
         elif isinstance(outcome, Forget):  # its proposal ids and answers go with it
-            run_id = outcome.transition.run_id
+            forgotten = outcome.transition.run_id
+            prefixes = (proposals_prefix(forgotten), answers_changelog_prefix(forgotten))
+            in_table = [
+                key for prefix in prefixes for key in runs.partition_keys(partition, prefix)
+            ]
+            in_batch = [  # staged by this batch, not in the table yet
+                key
+                for key, value in staged.keys.items()
+                if value is not None and key.startswith(prefixes) and key not in in_table
+            ]
             own += [
                 OutputRecord(topics.changelog, key, None)
-                for prefix in (proposals_prefix(run_id), answers_changelog_prefix(run_id))
-                for key in runs.partition_keys(partition, prefix)
+                for key in [*in_table, *in_batch]
+                if staged.keys.get(key, b"") is not None
             ]
-        if own:
-            records = [*records[:-1], *own, records[-1]]
-        sending = time.perf_counter()
-        sending_ns = time.time_ns() if decision is not None else 0
-        # From the first output sent until the table has the outcome, a reader
-        # who saw that output waits for it (read_fence.py).
-        fenced = self.read_fence.open()
-        try:
-            snapshot: OutputRecord | None = None
-            for n, record in enumerate(records):
-                headers = None
-                if record.topic == topics.changelog and n == len(records) - 1:
-                    snapshot = record
-                    headers = [(SOURCE_OFFSET_HEADER, str(message.offset).encode())]
-                elif record.partition is not None:  # a message to another run, signed
-                    headers = cast(Any, record.headers)
-                sent = await self.outputs[record.topic].send(
-                    key=record.key,
-                    value=record.value,
-                    partition=partition if record.partition is None else record.partition,
-                    headers=headers,
-                )
-                await sent
-            for record in own:
-                if record.value is not None:
-                    runs.data[record.key] = record.value
-            # The mark before the snapshot: a crash between them leaves the snapshot to
-            # recovery, which replays every changelog record since the last one.
-            self.delivered(message, last)
-            if decision is not None:
-                traces.committed([decision], sending_ns)
-            if isinstance(outcome, Forget):
-                for record in records:
-                    if record.topic == topics.changelog:
-                        runs.data.pop(record.key, None)
-                self.due_index.drop(partition, outcome.transition.run_id)
-                if previous is not None:
-                    self.run_states.drop(partition, previous)
-            elif snapshot is not None:
-                runs.data[snapshot.key] = snapshot.value
-                if isinstance(outcome, Commit | Beat):
-                    self.due_index.note(partition, outcome.snapshot)
-                    self.run_states.note(partition, previous, outcome.snapshot)
-        finally:
-            self.read_fence.close(fenced)
-        self.stats.count(outcome)
-        # Counted once acknowledged (this runtime's commit), one proposal at a time.
-        observed = MetricsBatch()
-        observed.stage(previous, outcome)
-        metrics.committed(observed, time.perf_counter() - sending, 1)
-        if logged(outcome):
-            log_outcomes([outcome])  # acknowledged, at its level (logs.py)
+        snapshot = records[-1] if records and records[-1].topic == topics.changelog else None
+        before = [*(records[:-1] if snapshot is not None else records), *own]
+        # What the table will hold once delivered, for the records after it in the batch.
+        for record in own:
+            staged.keys[_key(record)] = record.value
+        if isinstance(outcome, Forget):
+            for record in records:
+                if record.topic == topics.changelog:
+                    staged.keys[_key(record)] = None
+            staged.runs[outcome.transition.run_id] = None
+        elif snapshot is not None:
+            staged.keys[_key(snapshot)] = snapshot.value
+            if isinstance(outcome, Commit | Beat):
+                staged.runs[outcome.snapshot.run_id] = outcome.snapshot
+        return Prepared(
+            message=message,
+            last=last,
+            outcome=outcome,
+            previous=previous,
+            decision=decision,
+            before_snapshot=self._sendable(before, partition),
+            snapshot=None
+            if snapshot is None
+            else Sendable(
+                snapshot, partition, [(SOURCE_OFFSET_HEADER, str(message.offset).encode())]
+            ),
+            records=records,
+            own=own,
+        )
+
+    def _sendable(self, records: Sequence[OutputRecord], partition: int) -> list["Sendable"]:
+        return [
+            # A message to another run (a record with a partition of its own) is signed.
+            Sendable(record, partition, None)
+            if record.partition is None
+            else Sendable(record, record.partition, cast(Any, record.headers))
+            for record in records
+        ]
+
+    async def _deliver(self, records: Sequence["Sendable"]) -> None:
+        """Send every record (in order: each output partition keeps it), then await
+        every acknowledgement."""
+        sent = [
+            await self.outputs[r.record.topic].send(
+                key=r.record.key, value=r.record.value, partition=r.partition, headers=r.headers
+            )
+            for r in records
+        ]
+        for future in sent:
+            await future
+
+    def _stored(self, p: "Prepared") -> None:
+        """The table, once `p`'s outcome is delivered: its own records, the mark, then
+        its snapshot; a forgotten run's keys dropped."""
+        runs, partition, outcome = self.runs, p.message.partition, p.outcome
+        for record in p.own:
+            if record.value is not None:
+                runs.partition_put(partition, _key(record), record.value)
+        # The mark before the snapshot: a crash between them leaves the snapshot to
+        # recovery, which replays every changelog record since the last one.
+        self.delivered(p.message, p.last)
+        if isinstance(outcome, Forget):
+            for record in [*p.records, *p.own]:
+                if record.topic == self.topics.changelog:
+                    runs.partition_delete(partition, _key(record))
+            self.due_index.drop(partition, outcome.transition.run_id)
+            if p.previous is not None:
+                self.run_states.drop(partition, p.previous)
+        elif p.snapshot is not None:
+            value = p.snapshot.record.value
+            if value is not None:
+                runs.partition_put(partition, _key(p.snapshot.record), value)
+            if isinstance(outcome, Commit | Beat):
+                self.due_index.note(partition, outcome.snapshot)
+                self.run_states.note(partition, p.previous, outcome.snapshot)
 
     def relay(self, proposal: Proposal) -> OutputRecord:
         """A message to another run, signed now (the record's time must be fresh)."""
         return self.punctuator.relay(proposal, int(time.time() * 1000), self.partitions)
 
-    def snapshot_of(self, run_id: str) -> RunSnapshot | None:
-        raw_value = self.runs.get(run_id.encode())
+    def snapshot_of(self, partition: int, run_id: str) -> RunSnapshot | None:
+        raw_value = self.runs.partition_read(partition, run_id.encode())
         return None if raw_value is None else RunSnapshot.model_validate_json(raw_value)
 
     def committed_by(
         self,
         partition: int,
         current: Callable[[str], RunSnapshot | None],
+        table_get: Callable[[int, bytes], bytes | None],
         run_id: str,
         proposal_id: str,
     ) -> Answer | None:
@@ -244,11 +364,11 @@ class Decision:
         two left the id recorded and the run unmoved. Taken as a commit, the proposal was
         refused `duplicate` when decided again, the run never took it, and the next
         proposal got its revision: two different transitions with one id (CI, SIGKILL)."""
-        refused = self.runs.partition_get(partition, answer_changelog_key(run_id, proposal_id))
+        refused = table_get(partition, answer_changelog_key(run_id, proposal_id))
         if refused is not None:
             rejection = Rejection.model_validate_json(refused)
             return Answer(None, rejection.content_digest, rejection)
-        raw = self.runs.partition_get(partition, proposal_key(run_id, proposal_id))
+        raw = table_get(partition, proposal_key(run_id, proposal_id))
         if raw is None:
             return None
         revision, _, digest = bytes(raw).partition(b" ")

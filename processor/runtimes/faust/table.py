@@ -68,11 +68,22 @@ class RunsTable(faust.Table):  # type: ignore[type-arg]
         db = self._partition_db(partition)
         return None if db is None else db.get(key)
 
+    def partition_read(self, partition: int, key: bytes) -> bytes | None:
+        """`key` in the store of a partition being decided, opened if it is not yet
+        (as Faust opens it for its current event's partition)."""
+        value: bytes | None = self.data._db_for_partition(partition).get(key)  # type: ignore[attr-defined]
+        return value
+
     def partition_put(self, partition: int, key: bytes, value: bytes) -> None:
         db = self._partition_db(partition)
         if db is not None:  # revoked meanwhile: its new owner restores it from the changelog
             db.put(key, value)
             self.data._key_index[key] = partition  # type: ignore[attr-defined]
+
+    def partition_delete(self, partition: int, key: bytes) -> None:
+        db = self._partition_db(partition)
+        if db is not None:
+            db.delete(key)
 
     def partition_keys(self, partition: int, prefix: bytes) -> list[bytes]:
         """The partition's keys that start with `prefix`, in order."""
