@@ -974,9 +974,16 @@ def test_every_run_reads_back_from_the_store_and_from_a_restore(
     data: st.DataObject,
 ) -> None:
     root = tmp_path_factory.mktemp("poison-store")
+    opened: list[PartitionStore] = []
     try:
-        _store_round_trip(root, run_ids, invalid, data)
+        _store_round_trip(root, run_ids, invalid, data, opened)
     finally:
+        # Closed whatever ended the example: a store left open keeps its RocksDB lock in
+        # this process, and the next example's directory may have the same name (the
+        # numbered directory is free again once removed). Hypothesis ends an example
+        # inside a draw when its data runs out, which is not a failure.
+        for store in opened:
+            store.close()
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -999,10 +1006,15 @@ def _create(
 
 
 def _store_round_trip(
-    root: Path, run_ids: list[str], invalid: list[str], data: st.DataObject
+    root: Path,
+    run_ids: list[str],
+    invalid: list[str],
+    data: st.DataObject,
+    opened: list[PartitionStore],
 ) -> None:
     model = Model()
     store = PartitionStore(root / "live")
+    opened.append(store)
     txn = store.begin()  # one Kafka transaction's changes, until flushed
     at_ms = NOW
     seq = 0
@@ -1122,6 +1134,7 @@ def _store_round_trip(
     bounds = sorted({0, *cuts, len(changelog)})
     chunks = [changelog[a:b] for a, b in pairwise(bounds)]
     restored = PartitionStore(root / "restored")
+    opened.append(restored)
     try:
         for i, chunk in enumerate(chunks):
             offsets = model.offsets() if i == len(chunks) - 1 else {}

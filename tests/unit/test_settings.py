@@ -97,9 +97,9 @@ INTEGERS = [
     for name, field in WorkerSettings.model_fields.items()
     if field.annotation is int and is_flag(field)
 ]
-# What an environment can hold: no NUL.
+# What an environment can hold: no NUL, no lone surrogate (not UTF-8).
 VALUES = st.integers(-(2**20), 2**20) | st.text(
-    st.characters(blacklist_characters="\x00"), max_size=4
+    st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=4
 )
 
 
