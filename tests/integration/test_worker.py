@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from processor.kafka.partitioning import partition_for
 from processor.kafka.topics import TopicNames
 from processor.trust.keyring import SigningKey
 from schemas.codes import RejectionCode
@@ -257,3 +258,45 @@ def test_worker_refuses_topics_that_do_not_fit(
     log = worker.log()
     assert "partitions is 2, expected 3" in log and "runstate topics create" in log
     assert "cleanup.policy is delete, expected compact" in log
+
+
+def test_faust_answered_proposals_stay_answered_when_a_restart_recovers_nothing(
+    env: Env,
+) -> None:
+    """The Faust runtime: a worker restarted on a state directory that already holds
+    every changelog record (applied by its earlier process's recovery, so this recovery
+    reads nothing) decides none of the answered proposals again, though no proposal
+    offset was ever committed: its local mark learned them as they were applied."""
+    never = ("--commit-interval-ms", "3600000")  # no proposal offset is ever committed
+    plan = workload(runs=30, proposals=300, seed=21)
+    first = WorkerProcess(env, env.tmp / "w1", *never, runtime="faust")
+    try:
+        first.wait_ready(partitions=3)
+        send(env, plan)
+        answered = wait_for_outcomes(env, plan).outcome_counts()
+    finally:
+        first.kill()
+    ids = [p["proposal_id"] for p in plan]
+    assert all(answered[i] == 1 for i in ids)
+    # A second worker recovers every partition from the changelog, then dies...
+    second = WorkerProcess(env, env.tmp / "w2", *never, runtime="faust")
+    try:
+        second.wait_ready(partitions=3)
+    finally:
+        second.kill()
+    # ...and comes back on its state directory: nothing left to recover.
+    again = WorkerProcess(env, env.tmp / "w2", *never, runtime="faust")
+    try:
+        again.wait_ready(partitions=3)
+        # One new run in each partition: once each is answered, every record before it
+        # in its partition has been looked at.
+        client = env.client()
+        run_ids = {partition_for(f"after-{n}", 3): f"after-{n}" for n in range(60)}
+        assert len(run_ids) == 3
+        for run_id in run_ids.values():
+            client.create_and_wait(run_id, "task_lifecycle", timeout=60)
+        client.close()
+        counts = published(env).outcome_counts()
+        assert {i: counts[i] for i in ids if counts[i] != 1} == {}
+    finally:
+        assert again.terminate() == 0, again.log()

@@ -101,16 +101,34 @@ class RunsTable(faust.Table):  # type: ignore[type-arg]
         if db is not None:
             yield from self.data._visible_items(db)  # type: ignore[attr-defined]
 
+    def raise_mark(self, partition: int, next_offset: int) -> None:
+        """The partition's local mark (`NEXT_OFFSET_KEY`) raised to `next_offset`, never
+        lowered."""
+        db = self.data._db_for_partition(partition)  # type: ignore[attr-defined]
+        mark = db.get(NEXT_OFFSET_KEY)
+        if mark is None or int(mark) < next_offset:
+            db.put(NEXT_OFFSET_KEY, str(next_offset).encode())
+
     def note_commit(self, partition: int, offset: int) -> None:
         if offset > self.latest_commit.get(partition, -1):
             self.latest_commit[partition] = offset
 
     def apply_changelog_batch(self, batch: Iterable[EventT[Any]]) -> None:
         events = list(batch)
+        latest: dict[int, int] = {}
         for event in events:
             offset = source_offset_of(event.message.headers)
             if offset is not None:
-                self.note_commit(event.message.partition, offset)
+                partition = event.message.partition
+                self.note_commit(partition, offset)
+                latest[partition] = max(offset, latest.get(partition, -1))
+        # The local mark too, before the records: a restart whose recovery replays
+        # nothing (these records applied by a standby, or a recovery, of an earlier
+        # process) still knows these proposals are answered; `latest_commit` is this
+        # process's memory only. A mark ahead of its records is still true (a changelog
+        # record exists only once its proposal's outputs were delivered).
+        for partition, offset in latest.items():
+            self.raise_mark(partition, offset + 1)
         super().apply_changelog_batch(events)
         if self.on_restored is not None:
             self.on_restored(len(events))
