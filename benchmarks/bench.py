@@ -14,6 +14,8 @@ from benchmarks.workload import Keys, for_topic, lives, signed
 from processor.kafka.topic_creation import create_topics
 from processor.kafka.topic_plans import plan_topics
 from processor.kafka.topics import TopicNames
+from processor.trust.keyfiles import write_signing_key
+from processor.trust.keygen import PROCESSOR_KEY_ID
 from processor.trust.keyring import Keyring, dump_keyring
 from processor.trust.signatures import Algorithm
 from schemas.messages import Proposal
@@ -33,6 +35,11 @@ class Bench:
         for algorithm, keys in self.keys.items():
             self.keyring_paths[algorithm] = tmp / f"keyring-{algorithm}.json"
             self.keyring_paths[algorithm].write_text(dump_keyring(keys.keyring))
+        # The workers sign their deadlines with their own key, as `runstate keys
+        # generate` leaves it for them.
+        self.timer_key_path = write_signing_key(
+            tmp / "worker.key.json", self.keys[Algorithm.ED25519].signers[PROCESSOR_KEY_ID]
+        )
 
     @property
     def keyring(self) -> Keyring:
@@ -52,6 +59,7 @@ class Bench:
             f"g-{prefix}",
             self.console,
             algorithm,
+            self.timer_key_path if algorithm is Algorithm.ED25519 else None,
         )
 
     def signed_for(self, setup: Setup, records: list[RawRecord]) -> list[RawRecord]:

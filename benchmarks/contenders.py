@@ -29,6 +29,13 @@ class Setup:
     group: str
     console: Console
     algorithm: Algorithm = Algorithm.ED25519  # what the input is signed with
+    #: The workers' own signing key, for the deadlines they propose (an Ed25519 keyring
+    #: holds no private key); None: the keyring's HMAC runtime key signs them.
+    timer_key_path: Path | None = None
+
+    @property
+    def timer_key_args(self) -> tuple[str, ...]:
+        return () if self.timer_key_path is None else ("--timer-key-file", str(self.timer_key_path))
 
     @property
     def names(self) -> TopicNames:
@@ -72,7 +79,7 @@ def _worker(runtime: str) -> Callable[[Setup], Running]:
             state_dir=setup.workdir / "state",
             keyring_file=setup.keyring_path,
             log_path=log,
-            extra_args=("--runtime", runtime, "--log-level", "warning"),
+            extra_args=("--runtime", runtime, "--log-level", "warning", *setup.timer_key_args),
         )
         return Running(worker.proc, log, worker.terminate)
 
@@ -115,7 +122,7 @@ def _workers(count: int, partitions: int = 3) -> Callable[[Setup], Running]:
                 state_dir=setup.workdir / f"state-{n}",
                 keyring_file=setup.keyring_path,
                 log_path=setup.workdir / f"native-{n}.log",
-                extra_args=("--runtime", "native", "--log-level", "warning"),
+                extra_args=("--runtime", "native", "--log-level", "warning", *setup.timer_key_args),
             )
             for n in range(count)
         ]
