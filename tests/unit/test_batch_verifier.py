@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import Message
 
 from benchmarks.records import RawRecord
-from benchmarks.workload import lives
+from benchmarks.workload import Keys, lives
 from processor.machines import builtin_machines
 from processor.records.intake import Verified, authenticate
 from processor.records.pipeline import Outcome, RunsInMemory, decide_record
@@ -57,7 +57,7 @@ def _batch(seed: int) -> tuple[list[RawRecord], Keyring]:
     rng = random.Random(seed)
     keyring, signers = generate_keys(Algorithm.ED25519)
     keyring = keyring.model_copy(update={"signature_max_age_ms": 10**12})
-    plain = lives(generate_keyring(), 20, 200, seed)
+    plain = lives(Keys.generate(Algorithm.HMAC_SHA256), 20, 200, seed)
     records = []
     for record in plain:
         raw = dict(record.headers)[HEADER_KEY_ID]

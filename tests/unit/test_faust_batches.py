@@ -40,9 +40,9 @@ KEYS = Keys.generate(Algorithm.HMAC_SHA256)
 class Message:
     """What the agent reads of a Faust event's message."""
 
-    key: bytes
-    value: bytes
-    headers: list[tuple[str, bytes]]
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, Any]]
     partition: int
     offset: int
     timestamp: float
@@ -132,7 +132,7 @@ def messages(seed: int, runs: int, proposals: int, resent: float) -> list[Messag
             stream.insert(rng.randrange(stream.index(record), len(stream) + 1), record)
     now, offsets, out = time.time(), dict[int, int](), []
     for record in stream:
-        partition = partition_for(record.key.decode(), PARTITIONS)
+        partition = partition_for((record.key or b"").decode(), PARTITIONS)
         offset = offsets[partition] = offsets.get(partition, -1) + 1
         out.append(Message(record.key, record.value, list(record.headers), partition, offset, now))
     return out

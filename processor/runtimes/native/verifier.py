@@ -3,8 +3,9 @@
 Verifying an Ed25519 signature takes about 65 us here with libsodium (about 120 with
 `cryptography`), against 1.2 us for an HMAC, and both let the GIL go while they do: on
 the loop's thread, one at a time, that was both slow and a convoy (winning the GIL back
-from another thread that wants it takes up to the switch interval, 5 ms). Made here, a batch's verifications run in
-three shares at once, two on a pool's threads and one on the loop's, and
+from another thread that wants it takes up to the switch interval, 5 ms). Made here, a
+batch's verifications run in three shares at once, two on a pool's threads and one on
+the loop's, and
 `decide_record` gets their answers (`verified`), which are the very answers it would
 have computed: nothing about a decision changes. Batches with few Ed25519 signatures,
 and HMAC keyrings, are left to the loop.
