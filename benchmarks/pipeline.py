@@ -456,13 +456,19 @@ def _at(loads: list[dict[str, Any]], fraction: float) -> dict[str, Any] | None:
     return next((x["contenders"] for x in loads if abs(x["fraction"] - fraction) < 1e-9), None)
 
 
-def _row(target: str, now: float | None, shown: str, met: bool | None) -> dict[str, Any]:
-    return {
-        "target": target,
-        "now": shown if now is not None else "not measured",
-        "value": now,
-        "met": met if now is not None else None,
-    }
+def _row(
+    target: str,
+    now: float | None,
+    shown: str,
+    *,
+    at_least: float | None = None,
+    at_most: float | None = None,
+) -> dict[str, Any]:
+    """A target's row: `now` shown with the format `shown`, met when within its bound."""
+    if now is None:
+        return {"target": target, "now": "not measured", "value": None, "met": None}
+    met = (at_least is None or now >= at_least) and (at_most is None or now <= at_most)
+    return {"target": target, "now": shown.format(now), "value": now, "met": met}
 
 
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -475,8 +481,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             _row(
                 f"drain throughput, native ÷ {name} ≥ {wanted}",
                 ratio,
-                f"{ratio:.2f}" if ratio is not None else "",
-                ratio is not None and ratio >= wanted,
+                "{:.2f}",
+                at_least=wanted,
             )
         )
     us = {
@@ -489,8 +495,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         _row(
             "native CPU per HMAC-signed proposal ≤ 45 µs",
             hmac_us,
-            f"{hmac_us:.1f} µs" if hmac_us is not None else "",
-            hmac_us is not None and hmac_us <= 45,
+            "{:.1f} µs",
+            at_most=45,
         )
     )
     above = us["native"] - hmac_us if hmac_us is not None and "native" in us else None
@@ -498,8 +504,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         _row(
             "native CPU per Ed25519-signed proposal ≤ the HMAC row + 65 µs (one verify)",
             above,
-            f"+{above:.1f} µs" if above is not None else "",
-            above is not None and above <= 65,
+            "+{:.1f} µs",
+            at_most=65,
         )
     )
     per_cpu = us["quix"] / us["native"] if "quix" in us and "native" in us else None
@@ -507,8 +513,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         _row(
             "proposals per CPU-second, native ÷ quix ≥ 2",
             per_cpu,
-            f"{per_cpu:.2f}" if per_cpu is not None else "",
-            per_cpu is not None and per_cpu >= 2,
+            "{:.2f}",
+            at_least=2,
         )
     )
     faust = rate.get("faust")
@@ -516,8 +522,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         _row(
             f"faust ≥ {5 * FAUST_BEFORE:,} proposals/s (5× its {FAUST_BEFORE:,}/s at 4735c36)",
             faust,
-            f"{faust:,.0f}/s" if faust is not None else "",
-            faust is not None and faust >= 5 * FAUST_BEFORE,
+            "{:,.0f}/s",
+            at_least=5 * FAUST_BEFORE,
         )
     )
     behind = rate["native"] / faust if faust else None
@@ -525,8 +531,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         _row(
             "drain throughput, native ÷ faust ≤ 3",
             behind,
-            f"{behind:.2f}" if behind is not None else "",
-            behind is not None and behind <= 3,
+            "{:.2f}",
+            at_most=3,
         )
     )
     at20 = _at(results["latency"], 0.2) or {}
@@ -535,8 +541,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         _row(
             "at 20 % of the native rate, native p99 ≤ 50 ms",
             p99,
-            f"{p99:.1f} ms" if p99 is not None else "",
-            p99 is not None and p99 <= 50,
+            "{:.1f} ms",
+            at_most=50,
         )
     )
     answered20 = at20["native"]["answered_ratio"] if "native" in at20 else None
@@ -544,8 +550,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         _row(
             "at 20 % of the native rate, native answered ÷ offered ≥ 0.99",
             answered20,
-            f"{answered20:.3f}" if answered20 is not None else "",
-            answered20 is not None and answered20 >= 0.99,
+            "{:.3f}",
+            at_least=0.99,
         )
     )
     at50 = _at(results["ceiling_latency"], 0.5) or {}
@@ -554,8 +560,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         _row(
             "at 50 % of the ceiling's rate, native answered ÷ offered ≥ 0.99",
             answered,
-            f"{answered:.3f}" if answered is not None else "",
-            answered is not None and answered >= 0.99,
+            "{:.3f}",
+            at_least=0.99,
         )
     )
     for fraction, wanted in ((0.5, 2.0), (0.2, 1.3)):
@@ -564,8 +570,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             _row(
                 f"p99 at {fraction:.0%} of the ceiling's rate, native ÷ ceiling ≤ {wanted}",
                 ratio,
-                f"{ratio:.2f}" if ratio is not None else "",
-                ratio is not None and ratio <= wanted,
+                "{:.2f}",
+                at_most=wanted,
             )
         )
     growth = results["growth"] or {}
@@ -575,16 +581,16 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         _row(
             f"restore ≥ 150,000 runs/s ({last:,} runs)",
             restore,
-            f"{restore:,.0f} runs/s" if restore is not None else "",
-            restore is not None and restore >= 150_000,
+            "{:,.0f} runs/s",
+            at_least=150_000,
         )
     )
     out.append(
         _row(
             f"RSS growth {first:,} → {last:,} runs ≤ 150 MB",
             grew,
-            f"{grew:.0f} MB" if grew is not None else "",
-            grew is not None and grew <= 150,
+            "{:.0f} MB",
+            at_most=150,
         )
     )
     engine = results.get("engine")
@@ -594,8 +600,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             _row(
                 f"engine alone, {label}, one core ≥ 100,000 decisions/s",
                 value,
-                f"{value:,.0f}/s" if value is not None else "",
-                value is not None and value >= 100_000,
+                "{:,.0f}/s",
+                at_least=100_000,
             )
         )
     return out
