@@ -7,7 +7,8 @@ outcome but its snapshot is delivered before any snapshot of the batch."""
 import asyncio
 import random
 import time
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import given, settings
@@ -18,17 +19,25 @@ from processor.kafka.config import KafkaSettings
 from processor.kafka.partitioning import partition_for
 from processor.kafka.topics import TopicNames
 from processor.machines import builtin_machines
+from processor.records.changelog_keys import (
+    INDEX_HEADER,
+    REVISION_HEADER,
+    revision_header,
+    snapshot_index,
+)
 from processor.records.limits import UNLIMITED
 from processor.records.punctuator import Punctuator, timer_key
 from processor.records.stats import OutcomeStats
 from processor.runtimes.faust.observe import StateIndex, faust_metrics
 from processor.runtimes.faust.processing import Decision
+from processor.runtimes.faust.producer import Sendable
 from processor.runtimes.faust.table import SOURCE_OFFSET_HEADER
 from processor.runtimes.faust.timers import DueIndex
 from processor.runtimes.settings import WorkerConfig, WorkerSettings
 from processor.serving.read_fence import ReadFence
 from processor.trust.keyring import KeyringWatch
 from processor.trust.signatures import Algorithm
+from schemas.messages import RunSnapshot, Transition
 from tests.examples import examples
 
 PARTITIONS = 3
@@ -73,21 +82,13 @@ class Table:
         return sorted(k for k in self.partitions.get(partition, {}) if k.startswith(prefix))
 
 
-@dataclass
-class Topic:
-    """An output topic whose sends are acknowledged once the test lets them."""
+def deliverer(sent: list[Any]) -> Callable[[Sequence[Sendable]], Awaitable[None]]:
+    """Outputs "delivered" into `sent`, in the order produced, each acknowledged at once."""
 
-    name: str
-    sent: list[tuple[str, int, bytes | None, bytes | None, Any]]
-    acks: list["asyncio.Future[None]"] = field(default_factory=list)
+    async def deliver(records: Sequence[Sendable]) -> None:
+        sent.extend((r.topic, r.partition, r.key, r.value, r.headers) for r in records)
 
-    async def send(
-        self, *, key: bytes | None, value: bytes | None, partition: int, headers: Any
-    ) -> "asyncio.Future[None]":
-        self.sent.append((self.name, partition, key, value, headers))
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        done.set_result(None)
-        return done
+    return deliver
 
 
 def decision(table: Table, sent: list[Any], marks: dict[int, int]) -> Decision:
@@ -108,7 +109,7 @@ def decision(table: Table, sent: list[Any], marks: dict[int, int]) -> Decision:
         partitions=PARTITIONS,
         limits=UNLIMITED,
         runs=table,  # type: ignore[arg-type]
-        outputs={name: Topic(name, sent) for name in vars(TOPICS).values()},  # type: ignore[misc]
+        deliver=deliverer(sent),
         punctuator=Punctuator(TOPICS, timer_key(KEYS.keyring, None, None), KEYS.keyring),
         keyring=KeyringWatch(KEYS.keyring, None),
         metrics=faust_metrics(config.machines, states, lambda: [], lambda: {}),
@@ -150,6 +151,11 @@ def run(batches: list[list[Message]]) -> tuple[Table, list[Any], dict[int, int]]
     return table, sent, marks
 
 
+def names_its_offset(headers: Any) -> bool:
+    """A snapshot: the changelog record naming its proposal's offset."""
+    return any(name == SOURCE_OFFSET_HEADER for name, _ in headers or ())
+
+
 def by_partition(sent: list[Any], changelog: bool) -> dict[tuple[str, int], list[Any]]:
     out: dict[tuple[str, int], list[Any]] = {}
     for topic, partition, key, value, headers in sent:
@@ -184,7 +190,7 @@ def test_a_batch_delivers_and_stores_what_one_at_a_time_does(
     # The changelog: each partition's snapshots (the records naming their proposal's
     # offset) in the same order, and every record the same; the table and marks equal.
     snapshots = [
-        {k: [r for r in v if r[2] and r[2][0][0] == SOURCE_OFFSET_HEADER] for k, v in d.items()}
+        {k: [r for r in v if names_its_offset(r[2])] for k, v in d.items()}
         for d in (by_partition(batched[1], True), by_partition(one_by_one[1], True))
     ]
     assert snapshots[0] == snapshots[1]
@@ -196,7 +202,34 @@ def test_a_batch_delivers_and_stores_what_one_at_a_time_does(
 def test_every_snapshot_of_a_batch_goes_after_its_other_records() -> None:
     stream = messages(7, runs=5, proposals=50, resent=0.2)
     table, sent, _ = run([stream])
-    phases = [bool(headers and headers[0][0] == SOURCE_OFFSET_HEADER) for *_, headers in sent]
+    phases = [names_its_offset(headers) for *_, headers in sent]
     first = phases.index(True)
     assert not any(phases[:0]) and all(phases[first:])
     assert sum(phases) > 0 and table.partitions
+
+
+def test_outputs_carry_the_headers_the_native_worker_writes() -> None:
+    """Every transition names its revision and proposal id, and every snapshot in the
+    changelog its index entry, as the native worker writes them (readers of either
+    runtime's topics rely on them)."""
+    stream = messages(11, runs=5, proposals=50, resent=0.2)
+    _, sent, _ = run([stream])
+    transitions = [
+        (value, headers) for topic, _, _, value, headers in sent if topic == TOPICS.transitions
+    ]
+    assert transitions
+    for value, headers in transitions:
+        t = Transition.model_validate_json(value)
+        assert headers == [(REVISION_HEADER, revision_header(t))]
+    snapshots = [
+        (value, headers)
+        for topic, _, key, value, headers in sent
+        if topic == TOPICS.changelog
+        and names_its_offset(headers)
+        and value is not None
+        and not key.startswith(b"\x00")
+    ]
+    assert snapshots
+    for value, headers in snapshots:
+        snapshot = RunSnapshot.model_validate_json(value)
+        assert (INDEX_HEADER, snapshot_index(snapshot)) in headers

@@ -25,6 +25,8 @@ once: each is marked fired in the table and its changelog once its record is del
 each job is a part of its own:
 - `Decision` (processing.py): a batch of proposals decided, their outcomes delivered, then
   written to the table, in the order the rules above need;
+- `OutputProducer` (producer.py): every output record produced (librdkafka), a batch at
+  a time, for the decisions and the timers alike;
 - `TimerTick` (timers.py): due timers fired, every `timer_interval_ms`;
 - `Positions` (positions.py): the offsets the agent vouches for, read and written by the
   worker's `verdict`, `delivered` and `commit_positions`;
@@ -42,7 +44,7 @@ from typing import Any, cast
 import faust
 from faust.types import TP
 
-from processor.records.limits import UNLIMITED, RecordLimits
+from processor.records.limits import DEFAULT_BATCH_SIZE, UNLIMITED, RecordLimits
 from processor.records.punctuator import Punctuator, timer_key
 from processor.records.stats import OutcomeStats
 from processor.runtimes.faust import datadir_of
@@ -50,6 +52,7 @@ from processor.runtimes.faust.kafka import faust_kafka_settings
 from processor.runtimes.faust.observe import StateIndex, faust_metrics
 from processor.runtimes.faust.positions import Positions, Verdict
 from processor.runtimes.faust.processing import Decision, last_offset
+from processor.runtimes.faust.producer import OutputProducer
 from processor.runtimes.faust.table import NEXT_OFFSET_KEY, RunsTable
 from processor.runtimes.faust.timers import DueIndex, TimerTick
 from processor.runtimes.faust.transport import Consumer, Transport
@@ -152,21 +155,11 @@ class FaustWorker:
         # Faust's acknowledgements off: it acknowledges records it skipped around a
         # rebalance; the agent commits the offsets it vouches for instead (`positions`).
         self.proposals = proposals = app.topic(topics.proposals, acks=False)
-        transitions = app.topic(topics.transitions)
-        rejections = app.topic(topics.rejections)
-        dlq = app.topic(topics.dlq)
         changelog = app.topic(topics.changelog, partitions=partitions)
-        alerts = app.topic(topics.alerts)
-        heartbeats = app.topic(topics.heartbeats)
-        self.outputs = {
-            topics.proposals: proposals,  # deadlines that fell due
-            topics.alerts: alerts,
-            topics.heartbeats: heartbeats,
-            topics.transitions: transitions,
-            topics.rejections: rejections,
-            topics.dlq: dlq,
-            topics.changelog: changelog,
-        }
+        # Every output (the changelog's records too) goes through librdkafka (producer.py).
+        self.producer = OutputProducer(
+            config.kafka, batch_size(config.kafka, limits, DEFAULT_BATCH_SIZE)
+        )
         self.runs = runs = RunsTable(
             app,
             name="runs",
@@ -213,7 +206,7 @@ class FaustWorker:
             partitions=partitions,
             limits=limits,
             runs=runs,
-            outputs=self.outputs,
+            deliver=self.producer.deliver,
             punctuator=self.punctuator,
             keyring=self.keyring,
             metrics=self.metrics,
@@ -230,7 +223,7 @@ class FaustWorker:
             due_index=self.due_index,
             run_states=self.run_states,
             punctuator=self.punctuator,
-            outputs=self.outputs,
+            deliver=self.producer.deliver,
             stats=self.stats,
             metrics=self.metrics,
             owned=self.owned,

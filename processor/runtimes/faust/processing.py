@@ -8,12 +8,10 @@ rest on (app.py); the agent asks for this only for records `positions` says to d
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, cast
-
-from faust.types import TopicT
+from typing import Any
 
 from processor.engine import Beat, Commit, Forget
 from processor.engine.answers import Answer, committed_digest
@@ -34,6 +32,7 @@ from processor.records.pipeline import (
 from processor.records.punctuator import Punctuator
 from processor.records.stats import OutcomeStats
 from processor.runtimes.faust.observe import StateIndex
+from processor.runtimes.faust.producer import Sendable, sendable
 from processor.runtimes.faust.table import (
     SOURCE_OFFSET_HEADER,
     RunsTable,
@@ -73,15 +72,6 @@ class Staged:
 
 
 @dataclass
-class Sendable:
-    """An output record, the partition it goes to and its headers."""
-
-    record: OutputRecord
-    partition: int
-    headers: Any
-
-
-@dataclass
 class Prepared:
     """One record of a batch, decided: what to send before the snapshots, its snapshot,
     and what the table and the counters learn once it is delivered."""
@@ -92,7 +82,7 @@ class Prepared:
     previous: RunSnapshot | None
     decision: Any  # the traced decision's span context, or None
     before_snapshot: list[Sendable]
-    snapshot: Sendable | None
+    snapshot: OutputRecord | None  # sent last, naming its proposal's offset
     records: list[OutputRecord]  # the outcome's
     own: list[OutputRecord]  # this runtime's changelog records (dedupe, forgotten ids)
 
@@ -109,7 +99,7 @@ class Decision:
         partitions: int,
         limits: RecordLimits,
         runs: RunsTable,
-        outputs: Mapping[str, TopicT],
+        deliver: Callable[[Sequence[Sendable]], Awaitable[None]],
         punctuator: Punctuator,
         keyring: KeyringWatch,
         metrics: WorkerMetrics,
@@ -127,7 +117,7 @@ class Decision:
         self.limits = limits
         self.commit_limits = CommitLimits(config.topics, limits)
         self.runs = runs
-        self.outputs = outputs
+        self.deliver = deliver
         self.punctuator = punctuator
         self.keyring = keyring
         self.metrics = metrics
@@ -156,8 +146,8 @@ class Decision:
             # batch is acknowledged: a worker that restores a snapshot finds every output
             # of its proposal, and of the proposals before it, delivered. A crash before
             # the snapshots decides the batch again, to the same outcomes (`committed_by`).
-            await self._deliver([r for p in prepared for r in p.before_snapshot])
-            await self._deliver([p.snapshot for p in prepared if p.snapshot is not None])
+            await self.deliver([r for p in prepared for r in p.before_snapshot])
+            await self.deliver([self._snapshot(p) for p in prepared if p.snapshot is not None])
             for p in prepared:
                 self._stored(p)
         finally:
@@ -285,36 +275,18 @@ class Decision:
             outcome=outcome,
             previous=previous,
             decision=decision,
-            before_snapshot=self._sendable(before, partition),
-            snapshot=None
-            if snapshot is None
-            else Sendable(
-                snapshot, partition, [(SOURCE_OFFSET_HEADER, str(message.offset).encode())]
-            ),
+            before_snapshot=[sendable(record, partition) for record in before],
+            snapshot=snapshot,
             records=records,
             own=own,
         )
 
-    def _sendable(self, records: Sequence[OutputRecord], partition: int) -> list["Sendable"]:
-        return [
-            # A message to another run (a record with a partition of its own) is signed.
-            Sendable(record, partition, None)
-            if record.partition is None
-            else Sendable(record, record.partition, cast(Any, record.headers))
-            for record in records
-        ]
-
-    async def _deliver(self, records: Sequence["Sendable"]) -> None:
-        """Send every record (in order: each output partition keeps it), then await
-        every acknowledgement."""
-        sent = [
-            await self.outputs[r.record.topic].send(
-                key=r.record.key, value=r.record.value, partition=r.partition, headers=r.headers
-            )
-            for r in records
-        ]
-        for future in sent:
-            await future
+    @staticmethod
+    def _snapshot(p: "Prepared") -> Sendable:
+        """`p`'s snapshot as sent: naming its proposal's offset."""
+        assert p.snapshot is not None
+        offset = [(SOURCE_OFFSET_HEADER, str(p.message.offset).encode())]
+        return sendable(p.snapshot, p.message.partition, offset)
 
     def _stored(self, p: "Prepared") -> None:
         """The table, once `p`'s outcome is delivered: its own records, the mark, then
@@ -334,9 +306,9 @@ class Decision:
             if p.previous is not None:
                 self.run_states.drop(partition, p.previous)
         elif p.snapshot is not None:
-            value = p.snapshot.record.value
+            value = p.snapshot.value
             if value is not None:
-                runs.partition_put(partition, _key(p.snapshot.record), value)
+                runs.partition_put(partition, _key(p.snapshot), value)
             if isinstance(outcome, Commit | Beat):
                 self.due_index.note(partition, outcome.snapshot)
                 self.run_states.note(partition, p.previous, outcome.snapshot)
@@ -346,8 +318,8 @@ class Decision:
         return self.punctuator.relay(proposal, int(time.time() * 1000), self.partitions)
 
     def snapshot_of(self, partition: int, run_id: str) -> RunSnapshot | None:
-        raw_value = self.runs.partition_read(partition, run_id.encode())
-        return None if raw_value is None else RunSnapshot.model_validate_json(raw_value)
+        raw = self.runs.partition_read(partition, run_id.encode())
+        return None if raw is None else RunSnapshot.model_validate_json(raw)
 
     def committed_by(
         self,

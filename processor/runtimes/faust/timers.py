@@ -25,18 +25,18 @@ import heapq
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import Protocol
 
 import faust
-from faust.types import TopicT
 
 from processor.observe.metrics import WorkerMetrics
 from processor.records.changelog_keys import FIRED_CHANGELOG_PREFIX
 from processor.records.punctuator import NOT_FIRED, Fired, Punctuator
 from processor.records.stats import OutcomeStats
 from processor.runtimes.faust.observe import Entered, PartitionIndexes, StateIndex
+from processor.runtimes.faust.producer import Sendable, sendable
 from processor.runtimes.faust.table import RunsTable
 from schemas.messages import RunSnapshot
 
@@ -203,7 +203,7 @@ class TimerTick:
         due_index: DueIndex,
         run_states: StateIndex,
         punctuator: Punctuator,
-        outputs: Mapping[str, TopicT],
+        deliver: Callable[[Sequence[Sendable]], Awaitable[None]],
         stats: OutcomeStats,
         metrics: WorkerMetrics,
         owned: Callable[[], list[int]],
@@ -215,7 +215,7 @@ class TimerTick:
         self.due_index = due_index
         self.run_states = run_states
         self.punctuator = punctuator
-        self.outputs = outputs
+        self.deliver = deliver
         self.stats = stats
         self.metrics = metrics
         self.owned = owned
@@ -262,13 +262,7 @@ class TimerTick:
             # Each record acknowledged before the next: the proposal or alert, then the
             # mark; the mark reaches the table last.
             for record in firing.records:
-                sent = await self.outputs[record.topic].send(
-                    key=record.key,
-                    value=record.value,
-                    partition=partition,
-                    headers=cast(Any, record.headers),
-                )
-                await sent
+                await self.deliver([sendable(record, partition)])
             state.persist(firing.snapshot.run_id)
             firing.log()
             self.stats.fired(firing)
