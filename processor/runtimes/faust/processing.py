@@ -33,6 +33,7 @@ from processor.records.punctuator import Punctuator
 from processor.records.stats import OutcomeStats
 from processor.runtimes.faust.observe import StateIndex
 from processor.runtimes.faust.producer import Sendable, sendable
+from processor.runtimes.faust.snapshots import DecodedSnapshots
 from processor.runtimes.faust.table import (
     SOURCE_OFFSET_HEADER,
     RunsTable,
@@ -126,6 +127,7 @@ class Decision:
         self.run_states = run_states
         self.read_fence = read_fence
         self.delivered = delivered
+        self.decoded = DecodedSnapshots()
 
     async def decide(self, messages: Sequence[Any]) -> None:
         """Decide a batch of proposal records (or batches the consumer could not read),
@@ -303,6 +305,7 @@ class Decision:
                 if record.topic == self.topics.changelog:
                     runs.partition_delete(partition, _key(record))
             self.due_index.drop(partition, outcome.transition.run_id)
+            self.decoded.drop(partition, outcome.transition.run_id)
             if p.previous is not None:
                 self.run_states.drop(partition, p.previous)
         elif p.snapshot is not None:
@@ -310,6 +313,8 @@ class Decision:
             if value is not None:
                 runs.partition_put(partition, _key(p.snapshot), value)
             if isinstance(outcome, Commit | Beat):
+                if value is not None:
+                    self.decoded.put(partition, value, outcome.snapshot)
                 self.due_index.note(partition, outcome.snapshot)
                 self.run_states.note(partition, p.previous, outcome.snapshot)
 
@@ -319,7 +324,7 @@ class Decision:
 
     def snapshot_of(self, partition: int, run_id: str) -> RunSnapshot | None:
         raw = self.runs.partition_read(partition, run_id.encode())
-        return None if raw is None else RunSnapshot.model_validate_json(raw)
+        return None if raw is None else self.decoded.decode(partition, run_id, raw)
 
     def committed_by(
         self,
