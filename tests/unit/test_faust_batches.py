@@ -7,7 +7,7 @@ outcome but its snapshot is delivered before any snapshot of the batch."""
 import asyncio
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,8 +30,8 @@ from processor.records.punctuator import Punctuator, timer_key
 from processor.records.stats import OutcomeStats
 from processor.runtimes.faust.observe import StateIndex, faust_metrics
 from processor.runtimes.faust.processing import Decision
-from processor.runtimes.faust.producer import Sendable
-from processor.runtimes.faust.table import SOURCE_OFFSET_HEADER
+from processor.runtimes.faust.producer import Deliver, Sendable
+from processor.runtimes.faust.table import SOURCE_OFFSET_HEADER, TableWrites
 from processor.runtimes.faust.timers import DueIndex
 from processor.runtimes.settings import WorkerConfig, WorkerSettings
 from processor.serving.read_fence import ReadFence
@@ -72,17 +72,20 @@ class Table:
 
     partition_get = partition_read
 
-    def partition_put(self, partition: int, key: bytes, value: bytes) -> None:
-        self.partitions.setdefault(partition, {})[key] = value
-
-    def partition_delete(self, partition: int, key: bytes) -> None:
-        self.partitions.get(partition, {}).pop(key, None)
+    def write(self, writes: TableWrites) -> None:
+        for partition, pairs in writes.by_partition.items():
+            stored = self.partitions.setdefault(partition, {})
+            for key, value in pairs:
+                if value is None:
+                    stored.pop(key, None)
+                else:
+                    stored[key] = value
 
     def partition_keys(self, partition: int, prefix: bytes) -> list[bytes]:
         return sorted(k for k in self.partitions.get(partition, {}) if k.startswith(prefix))
 
 
-def deliverer(sent: list[Any]) -> Callable[[Sequence[Sendable]], Awaitable[None]]:
+def deliverer(sent: list[Any]) -> Deliver:
     """Outputs "delivered" into `sent`, in the order produced, each acknowledged at once."""
 
     async def deliver(records: Sequence[Sendable]) -> None:

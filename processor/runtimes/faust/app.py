@@ -295,9 +295,9 @@ class FaustWorker:
         return positions.classify(partition, message.offset, message.generation_id)
 
     def delivered(self, message: Any, last: int) -> None:
-        """The outcome of every offset of `message` up to `last` is delivered."""
+        """The outcome of every offset of `message` up to `last` is delivered (and the
+        table's mark says so)."""
         self.positions.decided(message.partition, last)
-        self.runs.partition_put(message.partition, NEXT_OFFSET_KEY, str(last + 1).encode())
 
     async def commit_positions(self) -> None:
         """The offsets the agent vouches for, committed (every `commit_interval_ms`)."""

@@ -45,7 +45,8 @@ def _compression(value: str) -> str | None:
     return None if codec == "none" else codec
 
 
-def _acks(value: str) -> int:
+def parse_acks(value: str) -> int:
+    """librdkafka's acks (all, -1, 0, 1) as Kafka's number (-1: every replica)."""
     acks = {"all": -1, "-1": -1, "0": 0, "1": 1}.get(value.strip().lower())
     if acks is None:
         raise ValueError("one of all, -1, 0, 1")
@@ -81,8 +82,8 @@ _CLIENT: dict[str, tuple[tuple[str, ...], Callable[[str], Any]]] = {
     "queue.buffering.max.ms": (("producer_linger",), _ms_to_s),
     "compression.type": (("producer_compression_type",), _compression),
     "compression.codec": (("producer_compression_type",), _compression),
-    "acks": (("producer_acks",), _acks),
-    "request.required.acks": (("producer_acks",), _acks),
+    "acks": (("producer_acks",), parse_acks),
+    "request.required.acks": (("producer_acks",), parse_acks),
 }
 
 SUPPORTED = frozenset({"security.protocol", *_SASL, *_SSL, *_CLIENT})

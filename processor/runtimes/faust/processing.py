@@ -8,7 +8,7 @@ rest on (app.py); the agent asks for this only for records `positions` says to d
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -32,11 +32,13 @@ from processor.records.pipeline import (
 from processor.records.punctuator import Punctuator
 from processor.records.stats import OutcomeStats
 from processor.runtimes.faust.observe import StateIndex
-from processor.runtimes.faust.producer import Sendable, sendable
+from processor.runtimes.faust.producer import Deliver, Sendable, sendable
 from processor.runtimes.faust.snapshots import DecodedSnapshots
 from processor.runtimes.faust.table import (
+    NEXT_OFFSET_KEY,
     SOURCE_OFFSET_HEADER,
     RunsTable,
+    TableWrites,
     proposal_key,
     proposals_prefix,
 )
@@ -100,7 +102,7 @@ class Decision:
         partitions: int,
         limits: RecordLimits,
         runs: RunsTable,
-        deliver: Callable[[Sequence[Sendable]], Awaitable[None]],
+        deliver: Deliver,
         punctuator: Punctuator,
         keyring: KeyringWatch,
         metrics: WorkerMetrics,
@@ -111,7 +113,7 @@ class Decision:
         delivered: Callable[[Any, int], None],
     ) -> None:
         """`delivered(message, last)`: the outcome of every offset of `message` up to
-        `last` is delivered (the agent's positions and the table's local mark)."""
+        `last` is delivered and in the table (the agent's positions learn it)."""
         self.config = config
         self.topics = config.topics
         self.partitions = partitions
@@ -150,8 +152,12 @@ class Decision:
             # the snapshots decides the batch again, to the same outcomes (`committed_by`).
             await self.deliver([r for p in prepared for r in p.before_snapshot])
             await self.deliver([self._snapshot(p) for p in prepared if p.snapshot is not None])
+            writes = TableWrites()
             for p in prepared:
-                self._stored(p)
+                self._stored(p, writes)
+            self.runs.write(writes)
+            for p in prepared:
+                self.delivered(p.message, p.last)
         finally:
             self.read_fence.close(fenced)
         decisions = [p.decision for p in prepared if p.decision is not None]
@@ -290,20 +296,18 @@ class Decision:
         offset = [(SOURCE_OFFSET_HEADER, str(p.message.offset).encode())]
         return sendable(p.snapshot, p.message.partition, offset)
 
-    def _stored(self, p: "Prepared") -> None:
-        """The table, once `p`'s outcome is delivered: its own records, the mark, then
-        its snapshot; a forgotten run's keys dropped."""
-        runs, partition, outcome = self.runs, p.message.partition, p.outcome
+    def _stored(self, p: "Prepared", writes: TableWrites) -> None:
+        """What the table learns once `p`'s outcome is delivered, into `writes`: its own
+        records, its partition's mark, then its snapshot; a forgotten run's keys dropped."""
+        partition, outcome = p.message.partition, p.outcome
         for record in p.own:
             if record.value is not None:
-                runs.partition_put(partition, _key(record), record.value)
-        # The mark before the snapshot: a crash between them leaves the snapshot to
-        # recovery, which replays every changelog record since the last one.
-        self.delivered(p.message, p.last)
+                writes.put(partition, _key(record), record.value)
+        writes.put(partition, NEXT_OFFSET_KEY, str(p.last + 1).encode())
         if isinstance(outcome, Forget):
             for record in [*p.records, *p.own]:
                 if record.topic == self.topics.changelog:
-                    runs.partition_delete(partition, _key(record))
+                    writes.put(partition, _key(record), None)
             self.due_index.drop(partition, outcome.transition.run_id)
             self.decoded.drop(partition, outcome.transition.run_id)
             if p.previous is not None:
@@ -311,7 +315,7 @@ class Decision:
         elif p.snapshot is not None:
             value = p.snapshot.value
             if value is not None:
-                runs.partition_put(partition, _key(p.snapshot), value)
+                writes.put(partition, _key(p.snapshot), value)
             if isinstance(outcome, Commit | Beat):
                 if value is not None:
                     self.decoded.put(partition, value, outcome.snapshot)

@@ -12,7 +12,7 @@ goes on meanwhile (the HTTP API, the timers).
 """
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +21,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from processor.kafka.config import KafkaSettings
 from processor.records.outputs import OutputRecord
+from processor.runtimes.faust.kafka import parse_acks
 
 # How long a flush waits before it looks again (a delivery fails on its own, after
 # the producer's message.timeout.ms).
@@ -45,7 +46,7 @@ def sendable(
 ) -> Sendable:
     """An output record as produced: in its own partition when it has one (a message to
     another run), else in the proposal's (`partition`); its headers and `extra`."""
-    headers = [*(record.headers or ()), *extra]
+    headers = [*(record.headers or ()), *extra] if extra else record.headers
     return Sendable(
         record.topic,
         partition if record.partition is None else record.partition,
@@ -55,13 +56,16 @@ def sendable(
     )
 
 
+#: How a batch of records is delivered: `OutputProducer.deliver`, or a test's stand-in.
+Deliver = Callable[[Sequence[Sendable]], Awaitable[None]]
+
+
 def ordered(settings: KafkaSettings) -> dict[str, Any]:
     """What keeps each partition's records in the order produced, across retries: an
     idempotent producer, which needs every replica's acknowledgement (`acks=all`, the
     default); with fewer acks asked for (`-X acks=1`), one request in flight at a time."""
     config = settings.client_config
-    acks = config.get("acks", config.get("request.required.acks", "all")).strip().lower()
-    if acks in ("all", "-1"):
+    if parse_acks(config.get("acks", config.get("request.required.acks", "all"))) == -1:
         return {"enable.idempotence": True}
     return {"max.in.flight.requests.per.connection": 1}
 

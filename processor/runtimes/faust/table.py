@@ -14,6 +14,7 @@ from typing import Any
 
 import faust
 from faust.types import TP, EventT
+from rocksdict import WriteBatch
 
 SOURCE_OFFSET_HEADER = "runstate-source-offset"
 # Local only (never in the changelog), in each partition's store: the offset after the
@@ -40,6 +41,21 @@ def source_offset_of(headers: Any) -> int | None:
         if name == SOURCE_OFFSET_HEADER:
             return int(value)
     return None
+
+
+class TableWrites:
+    """A batch's writes to the table, in order, by partition (a value of None deletes the
+    key): `RunsTable.write` applies each partition's as one RocksDB write batch, so a
+    batch's records, its mark and its snapshots reach a partition's store at once."""
+
+    def __init__(self) -> None:
+        self.by_partition: dict[int, list[tuple[bytes, bytes | None]]] = {}
+
+    def put(self, partition: int, key: bytes, value: bytes | None) -> None:
+        writes = self.by_partition.get(partition)
+        if writes is None:
+            writes = self.by_partition[partition] = []
+        writes.append((key, value))
 
 
 class RunsTable(faust.Table):  # type: ignore[type-arg]
@@ -80,10 +96,22 @@ class RunsTable(faust.Table):  # type: ignore[type-arg]
             db.put(key, value)
             self.data._key_index[key] = partition  # type: ignore[attr-defined]
 
-    def partition_delete(self, partition: int, key: bytes) -> None:
-        db = self._partition_db(partition)
-        if db is not None:
-            db.delete(key)
+    def write(self, writes: TableWrites) -> None:
+        """`writes` applied, each partition's in one write batch (a put each was about
+        6 % of the agent's main-thread samples, each its own write to the log). A
+        partition revoked meanwhile is skipped: its new owner restores it from the
+        changelog."""
+        for partition, pairs in writes.by_partition.items():
+            db = self._partition_db(partition)
+            if db is None:
+                continue
+            batch = WriteBatch(raw_mode=True)
+            for key, value in pairs:
+                if value is None:
+                    batch.delete(key)
+                else:
+                    batch.put(key, value)
+            db.write(batch)
 
     def partition_keys(self, partition: int, prefix: bytes) -> list[bytes]:
         """The partition's keys that start with `prefix`, in order."""

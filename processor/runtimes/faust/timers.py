@@ -25,7 +25,7 @@ import heapq
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -36,7 +36,7 @@ from processor.records.changelog_keys import FIRED_CHANGELOG_PREFIX
 from processor.records.punctuator import NOT_FIRED, Fired, Punctuator
 from processor.records.stats import OutcomeStats
 from processor.runtimes.faust.observe import Entered, PartitionIndexes, StateIndex
-from processor.runtimes.faust.producer import Sendable, sendable
+from processor.runtimes.faust.producer import Deliver, sendable
 from processor.runtimes.faust.table import RunsTable
 from schemas.messages import RunSnapshot
 
@@ -203,7 +203,7 @@ class TimerTick:
         due_index: DueIndex,
         run_states: StateIndex,
         punctuator: Punctuator,
-        deliver: Callable[[Sequence[Sendable]], Awaitable[None]],
+        deliver: Deliver,
         stats: OutcomeStats,
         metrics: WorkerMetrics,
         owned: Callable[[], list[int]],
