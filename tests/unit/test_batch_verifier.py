@@ -5,14 +5,13 @@ import random
 from dataclasses import replace
 
 import pytest
-from confluent_kafka import Message
 
 from benchmarks.records import RawRecord
 from benchmarks.workload import Keys, lives
 from processor.machines import builtin_machines
 from processor.records.intake import Verified, authenticate
 from processor.records.pipeline import Outcome, RunsInMemory, decide_record
-from processor.runtimes.native.verifier import MIN_BATCH, BatchVerifier
+from processor.runtimes.verifier import MIN_BATCH, BatchVerifier, Read
 from processor.trust.keygen import generate_keyring, generate_keys
 from processor.trust.keyring import Keyring
 from processor.trust.signatures import HEADER_KEY_ID, HEADER_SIGNATURE, HEADER_SIGNED_AT, Algorithm
@@ -67,11 +66,8 @@ def _batch(seed: int) -> tuple[list[RawRecord], Keyring]:
     return records, keyring
 
 
-def _messages(records: list[RawRecord]) -> list[Message]:
-    return [
-        Message(topic=TOPIC, partition=0, offset=n, key=r.key, value=r.value, headers=r.headers)
-        for n, r in enumerate(records)
-    ]
+def _messages(records: list[RawRecord]) -> list[Read]:
+    return [(r.key, r.value, r.headers) for r in records]
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -130,7 +126,7 @@ def test_a_failure_beforehand_leaves_the_signatures_to_the_loop(
     def broken(public_key: str, base: bytes, signature: str) -> bool:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr("processor.runtimes.native.verifier.verify_ed25519", broken)
+    monkeypatch.setattr("processor.runtimes.verifier.verify_ed25519", broken)
     verifier = BatchVerifier()
     try:
         assert verifier.verify(TOPIC, _messages(records), keyring) == {}

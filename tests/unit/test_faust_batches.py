@@ -2,16 +2,18 @@
 stores what deciding its records one at a time does. Each record of a batch is decided
 against the table and what the batch's earlier outcomes will write to it (a run moved
 twice in one batch, a proposal sent again within its batch), and every record of an
-outcome but its snapshot is delivered before any snapshot of the batch."""
+outcome but its snapshot is delivered before any snapshot of the batch. Under an
+Ed25519 keyring, a batch's signatures are verified on threads beforehand, some of them
+forged, and the decisions are still those made one record at a time."""
 
 import asyncio
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from benchmarks.workload import Keys, for_topic, lives
@@ -26,7 +28,7 @@ from processor.records.changelog_keys import (
     snapshot_index,
 )
 from processor.records.limits import UNLIMITED
-from processor.records.punctuator import Punctuator, timer_key
+from processor.records.punctuator import Punctuator
 from processor.records.stats import OutcomeStats
 from processor.runtimes.faust.observe import StateIndex, faust_metrics
 from processor.runtimes.faust.processing import Decision
@@ -35,14 +37,16 @@ from processor.runtimes.faust.table import SOURCE_OFFSET_HEADER, TableWrites
 from processor.runtimes.faust.timers import DueIndex
 from processor.runtimes.settings import WorkerConfig, WorkerSettings
 from processor.serving.read_fence import ReadFence
+from processor.trust.keygen import PROCESSOR_KEY_ID
 from processor.trust.keyring import KeyringWatch
-from processor.trust.signatures import Algorithm
+from processor.trust.signatures import HEADER_SIGNATURE, Algorithm
 from schemas.messages import RunSnapshot, Transition
 from tests.examples import examples
 
 PARTITIONS = 3
 TOPICS = TopicNames.with_prefix("t.")
-KEYS = Keys.generate(Algorithm.HMAC_SHA256)
+KEYS = {algorithm: Keys.generate(algorithm) for algorithm in Algorithm}
+HMAC = KEYS[Algorithm.HMAC_SHA256]
 
 
 @dataclass
@@ -94,11 +98,11 @@ def deliverer(sent: list[Any]) -> Deliver:
     return deliver
 
 
-def decision(table: Table, sent: list[Any], marks: dict[int, int]) -> Decision:
+def decision(table: Table, sent: list[Any], marks: dict[int, int], keys: Keys) -> Decision:
     config = WorkerConfig(
         kafka=KafkaSettings("127.0.0.1:1"),
         topics=TOPICS,
-        keyring=KEYS.keyring,
+        keyring=keys.keyring,
         machines=builtin_machines(),
         settings=WorkerSettings(),
     )
@@ -113,8 +117,8 @@ def decision(table: Table, sent: list[Any], marks: dict[int, int]) -> Decision:
         limits=UNLIMITED,
         runs=table,  # type: ignore[arg-type]
         deliver=deliverer(sent),
-        punctuator=Punctuator(TOPICS, timer_key(KEYS.keyring, None, None), KEYS.keyring),
-        keyring=KeyringWatch(KEYS.keyring, None),
+        punctuator=Punctuator(TOPICS, keys.signers[PROCESSOR_KEY_ID], keys.keyring),
+        keyring=KeyringWatch(keys.keyring, None),
         metrics=faust_metrics(config.machines, states, lambda: [], lambda: {}),
         stats=OutcomeStats(),
         due_index=DueIndex(),
@@ -125,11 +129,17 @@ def decision(table: Table, sent: list[Any], marks: dict[int, int]) -> Decision:
     return made
 
 
-def messages(seed: int, runs: int, proposals: int, resent: float) -> list[Message]:
+def messages(
+    seed: int, runs: int, proposals: int, resent: float, keys: Keys = HMAC, forged: float = 0.0
+) -> list[Message]:
     """Lives of the built-in machines, with some records sent again later (an agent's
-    retry), each at the next offset of its run's partition."""
+    retry) and some with a signature not theirs (`forged`), each at the next offset of
+    its run's partition."""
     rng = random.Random(seed)
-    records = for_topic(lives(KEYS, runs, proposals, seed), KEYS, TOPICS.proposals)
+    records = [
+        replace(record, headers=_forged(record.headers)) if rng.random() < forged else record
+        for record in for_topic(lives(keys, runs, proposals, seed), keys, TOPICS.proposals)
+    ]
     stream = list(records)
     for record in records:
         if rng.random() < resent:
@@ -142,15 +152,29 @@ def messages(seed: int, runs: int, proposals: int, resent: float) -> list[Messag
     return out
 
 
-def run(batches: list[list[Message]]) -> tuple[Table, list[Any], dict[int, int]]:
+def _forged(headers: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """The signature header's last hex digit changed."""
+    out = []
+    for name, value in headers:
+        if name == HEADER_SIGNATURE:
+            text = value.decode() if isinstance(value, bytes) else str(value)
+            value = text[:-1] + ("0" if text[-1] != "0" else "1")
+        out.append((name, value))
+    return out
+
+
+def run(batches: list[list[Message]], keys: Keys = HMAC) -> tuple[Table, list[Any], dict[int, int]]:
     table, sent, marks = Table(), list[Any](), dict[int, int]()
-    deciding = decision(table, sent, marks)
+    deciding = decision(table, sent, marks, keys)
 
     async def decide_all() -> None:
         for batch in batches:
             await deciding.decide(batch)
 
-    asyncio.run(decide_all())
+    try:
+        asyncio.run(decide_all())
+    finally:
+        deciding.verifier.close()
     return table, sent, marks
 
 
@@ -172,12 +196,17 @@ def by_partition(sent: list[Any], changelog: bool) -> dict[tuple[str, int], list
     seed=st.integers(0, 10_000),
     cuts=st.lists(st.integers(1, 40), min_size=1, max_size=30),
     resent=st.sampled_from([0.0, 0.1, 0.3]),
+    algorithm=st.sampled_from(list(Algorithm)),
+    forged=st.sampled_from([0.0, 0.2]),
 )
+# Batches large enough to be verified on threads beforehand, forgeries among them.
+@example(seed=3, cuts=[20], resent=0.1, algorithm=Algorithm.ED25519, forged=0.2)
 def test_a_batch_delivers_and_stores_what_one_at_a_time_does(
-    seed: int, cuts: list[int], resent: float
+    seed: int, cuts: list[int], resent: float, algorithm: Algorithm, forged: float
 ) -> None:
-    stream = messages(seed, runs=6, proposals=60, resent=resent)
-    one_by_one = run([[m] for m in stream])
+    keys = KEYS[algorithm]
+    stream = messages(seed, runs=6, proposals=60, resent=resent, keys=keys, forged=forged)
+    one_by_one = run([[m] for m in stream], keys)
     batches, rest = [], list(stream)
     for cut in cuts * (1 + len(stream) // max(1, sum(cuts))):
         if not rest:
@@ -185,9 +214,13 @@ def test_a_batch_delivers_and_stores_what_one_at_a_time_does(
         batches.append(rest[:cut])
         rest = rest[cut:]
     batches += [rest] if rest else []
-    batched = run(batches)
+    batched = run(batches, keys)
     transitions = [r for r in batched[1] if r[0] == TOPICS.transitions]
-    assert len(transitions) > len(stream) / 3  # decided, not dead-lettered
+    # Decided, not dead-lettered (a forged create leaves the rest of its run refused).
+    assert len(transitions) > (len(stream) / 3 if forged == 0 else 0)
+    if forged:
+        refused = [r for r in batched[1] if r[0] == TOPICS.rejections]
+        assert any(b'"unauthenticated"' in value for _, _, _, value, _ in refused)
     # Outputs: the same records, in the same order in every partition of every topic.
     assert by_partition(batched[1], False) == by_partition(one_by_one[1], False)
     # The changelog: each partition's snapshots (the records naming their proposal's

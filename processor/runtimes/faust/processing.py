@@ -19,7 +19,7 @@ from processor.observe import traces
 from processor.observe.logs import log_outcomes, logged
 from processor.observe.metrics import MetricsBatch, WorkerMetrics
 from processor.records.changelog_keys import answer_changelog_key, answers_changelog_prefix
-from processor.records.intake import TimestampType
+from processor.records.intake import TimestampType, Verified
 from processor.records.limits import RecordLimits
 from processor.records.outputs import CommitLimits, OutputRecord, Source, publishable
 from processor.records.pipeline import (
@@ -45,6 +45,7 @@ from processor.runtimes.faust.table import (
 from processor.runtimes.faust.timers import DueIndex
 from processor.runtimes.faust.transport import Unreadable
 from processor.runtimes.settings import WorkerConfig
+from processor.runtimes.verifier import BatchVerifier
 from processor.serving.read_fence import ReadFence
 from processor.trust.keyring import KeyringWatch
 from schemas.messages import Proposal, Rejection, RunSnapshot
@@ -130,6 +131,7 @@ class Decision:
         self.read_fence = read_fence
         self.delivered = delivered
         self.decoded = DecodedSnapshots()
+        self.verifier = BatchVerifier()
 
     async def decide(self, messages: Sequence[Any]) -> None:
         """Decide a batch of proposal records (or batches the consumer could not read),
@@ -138,7 +140,17 @@ class Decision:
         if not messages:
             return
         staged = Staged()
-        prepared = [self.prepare(message, staged) for message in messages]
+        # A batch's Ed25519 signatures, verified on threads beforehand (verifier.py).
+        verified = self.verifier.verify(
+            self.topics.proposals,
+            (
+                (m.key, m.value, m.headers)
+                for m in messages
+                if not isinstance(m.checksum, Unreadable)
+            ),
+            self.keyring.current(),
+        )
+        prepared = [self.prepare(message, staged, verified) for message in messages]
         sending = time.perf_counter()
         sending_ns = time.time_ns() if any(p.decision is not None for p in prepared) else 0
         # From the first output sent until the table has the outcomes, a reader who saw
@@ -173,7 +185,7 @@ class Decision:
         if logging_these:
             log_outcomes(logging_these)  # acknowledged, at its level (logs.py)
 
-    def prepare(self, message: Any, staged: "Staged") -> "Prepared":
+    def prepare(self, message: Any, staged: "Staged", verified: Verified) -> "Prepared":
         """One record decided against the table and what the batch staged before it;
         its outcome's records, and what the table will hold once they are delivered."""
         topics, runs, metrics = self.topics, self.runs, self.metrics
@@ -217,6 +229,7 @@ class Decision:
                     timestamp_type=TimestampType.of_kafka(message.timestamp_type),
                     commit_limits=self.commit_limits,
                     relays=self.punctuator.relays,
+                    verified=verified,
                 )
                 metrics.decision.observe(time.perf_counter() - began)
                 if began_ns:

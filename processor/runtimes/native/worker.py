@@ -46,8 +46,8 @@ from processor.runtimes.native.processing import Processing, WorkerStats
 from processor.runtimes.native.snapshot_cache import SNAPSHOTS
 from processor.runtimes.native.statedir import StateDir, StateDirBusy
 from processor.runtimes.native.stores import StoreRegistry
-from processor.runtimes.native.verifier import BatchVerifier
 from processor.runtimes.settings import WorkerConfig
+from processor.runtimes.verifier import BatchVerifier
 from processor.serving.read_fence import ReadFence
 from processor.trust.keyring import KeyringWatch
 
@@ -234,7 +234,11 @@ class Worker:
             commits.fresh_producer()
         aborts = self.stats.aborts
         batch = self._take()
-        verified = self.verifier.verify(self.topics.proposals, batch, self.keyring.current())
+        verified = self.verifier.verify(
+            self.topics.proposals,
+            ((m.key(), m.value(), m.headers()) for m in batch if m.error() is None),
+            self.keyring.current(),
+        )
         admissions = admit_batch(
             batch,
             verified,
