@@ -247,6 +247,12 @@ def _profile_label(found: dict[str, Any]) -> str:
     return code + (f", {m['date'][:10]}" if m.get("date") else "")
 
 
+def _first_clause(error: str) -> str:
+    """An error's last line, up to its first parenthesis, for a sentence."""
+    line = error.strip().splitlines()[-1] if error.strip() else "no reason given"
+    return line.split(" (")[0][:200]
+
+
 def _profile(after: dict[str, Any] | None, again: dict[str, Any] | None, where: Path) -> list[str]:
     """The per-stage budget: before (recorded; and measured again in this run, when it
     was) and after (this run), side by side."""
@@ -263,6 +269,18 @@ def _profile(after: dict[str, Any] | None, again: dict[str, Any] | None, where: 
     ]
     if not shown:
         return []
+    if again is None or "error" in again:
+        rerun = (
+            "**Before, this run**: not asked for (`--before-commit`)."
+            if again is None
+            else "**Before, this run**: asked for, but its worker did not run on this "
+            f"run's input ({_first_clause(str(again['error']))})."
+        )
+    else:
+        rerun = (
+            "**Before, this run**: the same worker code, checked out and profiled again "
+            "in this run."
+        )
     lines = [
         "## Native worker: time per proposal by stage (py-spy)",
         "",
@@ -271,8 +289,7 @@ def _profile(after: dict[str, Any] | None, again: dict[str, Any] | None, where: 
         "stage, as microseconds per proposal (benchmarks/profile.py says which frames "
         "go to which stage). **Before, recorded**: the profile taken of the baseline "
         "commit's worker (benchmarks/profile-before.json, kept as it was measured, on a "
-        "machine as busy as its load average says). **Before, this run**: the same "
-        "worker code, checked out and profiled again in this run. **After**: this "
+        f"machine as busy as its load average says). {rerun} **After**: this "
         "commit's worker.",
         "",
         "| stage | "
