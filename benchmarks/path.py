@@ -31,7 +31,8 @@ from processor.kafka.partitioning import partition_for
 from processor.kafka.topics import TopicNames
 from processor.machines import builtin_machines
 from processor.observe.metrics import MetricsBatch, WorkerMetrics
-from processor.records.outputs import Source, outcome_records
+from processor.records.limits import DEFAULT_MESSAGE_MAX_BYTES, RecordLimits
+from processor.records.outputs import CommitLimits, Source, outcome_records
 from processor.records.pipeline import (
     Admitted,
     Outcome,
@@ -61,6 +62,8 @@ def path_round(
     """Seconds per stage over `records`, into fresh stores; and how many committed (a
     path that refused everything, e.g. every signature too old, would look fast)."""
     machines = builtin_machines()
+    # As the worker checks commits: against its topics' limits (here the defaults).
+    limits = CommitLimits(topics, RecordLimits.learn({}, DEFAULT_MESSAGE_MAX_BYTES))
     metrics = WorkerMetrics(machines, lambda: [], lambda: {})
     spent = dict.fromkeys(STAGES, 0.0)
     commits = 0
@@ -85,7 +88,14 @@ def path_round(
             )
             t1 = clock()
             outcome: Outcome = (
-                decide_admitted(admitted, at, machines=machines, lookup=txn.snapshot, seen=txn.seen)
+                decide_admitted(
+                    admitted,
+                    at,
+                    machines=machines,
+                    lookup=txn.snapshot,
+                    seen=txn.seen,
+                    commit_limits=limits,
+                )
                 if isinstance(admitted, Admitted)
                 else admitted
             )

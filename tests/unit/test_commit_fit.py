@@ -7,15 +7,22 @@ independently of `outputs.record_bytes`): what the broker compares with a topic'
 """
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from processor.engine import Commit
 from processor.kafka.topics import TopicNames
 from processor.records.limits import RecordLimits
-from processor.records.outputs import CommitLimits, OutputRecord, commit_records, record_bytes
+from processor.records.outputs import (
+    _COMMIT_FRAMING,
+    CommitLimits,
+    OutputRecord,
+    commit_records,
+    record_bytes,
+)
 from processor.records.pipeline import fit_commit
 from schemas.codes import RejectionCode
+from schemas.identifiers import MAX_RUN_ID_BYTES
 from schemas.messages import Principal, Rejection, RunSnapshot, Timer, Transition
 from tests.examples import examples
 
@@ -169,6 +176,75 @@ def test_a_commit_is_refused_exactly_when_one_batch_of_a_topic_cannot_hold_its_r
     # the framing kept is small: a commit within 1 % of the limit is never refused
     if _batch(changelog) <= topic_limit - 300 - topic_limit // 100:
         assert isinstance(outcome, Commit), outcome
+
+
+#: Names as long as a name may be, of the characters whose escapes grow the most.
+_ANY_TEXT = st.text(
+    st.one_of(
+        st.sampled_from(["\U0001f600", "\u00e9", "\u4e2d", "\x01", '"', "a"]),
+        st.characters(codec="utf-8", exclude_categories=("Cs",)),
+    ),
+    max_size=128,
+)
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(
+    run_id=st.text(
+        st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=64
+    ),
+    proposal_id=st.text(
+        st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=32
+    ),
+    names=st.tuples(_ANY_TEXT, _ANY_TEXT, st.lists(_ANY_TEXT, max_size=20)),
+    revision=st.integers(min_value=0, max_value=2**63 - 1),
+    entered=st.integers(min_value=0, max_value=2**63 - 1),
+)
+@example(  # the index at its largest against the snapshot: astral names, escaped
+    run_id="r" * MAX_RUN_ID_BYTES,
+    proposal_id="p" * 128,
+    names=("m", "\U0001f600" * 128, ["\U0001f600" * 128] * 20),
+    revision=2**63 - 1,
+    entered=2**63 - 1,
+)
+def test_the_quick_fit_bounds_a_commits_records_whatever_they_hold(
+    run_id: str, proposal_id: str, names: tuple[str, str, list[str]], revision: int, entered: int
+) -> None:
+    """`overflow` settles a commit by an upper bound before building its records: that
+    bound holds for any run id, proposal id and names up to their limits (astral
+    characters, controls, quotes), so a commit it lets through always fits."""
+    machine, state, timer_names = names
+    if len(run_id.encode()) > MAX_RUN_ID_BYTES or len(proposal_id.encode()) > 128:
+        return
+    base = _commit("r", 1, 10, 2, 0)
+    snapshot = base.snapshot.model_construct(
+        **{
+            **base.snapshot.__dict__,
+            "run_id": run_id,
+            "machine": machine,
+            "state": state,
+            "revision": revision,
+            "entered_state_at_ms": entered,
+            "timers": [
+                Timer.model_construct(kind="alert", name=name, due_at_ms=entered, revision=revision)
+                for name in timer_names
+            ],
+        }
+    )
+    transition = base.transition.model_construct(
+        **{
+            **base.transition.__dict__,
+            "run_id": run_id,
+            "proposal_id": proposal_id,
+            "revision": revision,
+        }
+    )
+    commit = Commit(snapshot, transition)
+    t, s = _encoded(commit)
+    exact = sum(
+        record_bytes(r.key, r.value, r.headers) for r in commit_records(TOPICS, commit, t, s)
+    )
+    assert exact <= 2 * len(t) + 4 * len(s) + _COMMIT_FRAMING
 
 
 @settings(max_examples=examples(100), deadline=None)
