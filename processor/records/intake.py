@@ -251,6 +251,11 @@ def _signature_headers(headers: Headers) -> tuple[str | None, str | None, str | 
     if headers is None or isinstance(headers, Mapping):  # a mapping repeats nothing
         key_id, signed_at, signature = (_header(headers, n) for n in _SIGNATURE_HEADERS)
         return key_id, signed_at, signature
+    # The common record repeats no header name: one dict of them, built in C, answers.
+    named = dict(headers)
+    if len(named) == len(headers):
+        get = named.get
+        return _text(get(HEADER_KEY_ID)), _text(get(HEADER_SIGNED_AT)), _text(get(HEADER_SIGNATURE))
     counts = [0, 0, 0]
     values: list[bytes | str | None] = [None, None, None]
     index = _SIGNATURE_INDEX.get
@@ -263,10 +268,11 @@ def _signature_headers(headers: Headers) -> tuple[str | None, str | None, str | 
     for i, count in enumerate(counts):
         if count > 1:
             return _SIGNATURE_HEADERS[i]
-    key_id, signed_at, signature = (
-        raw.decode(errors="replace") if isinstance(raw, bytes) else raw for raw in values
-    )
-    return key_id, signed_at, signature
+    return _text(values[0]), _text(values[1]), _text(values[2])
+
+
+def _text(raw: bytes | str | None) -> str | None:
+    return raw.decode(errors="replace") if isinstance(raw, bytes) else raw
 
 
 def decode_proposal(
