@@ -27,6 +27,7 @@ from schemas.base import describe_errors
 from schemas.codes import RejectionCode
 from schemas.identifiers import is_name, is_proposal_id, is_run_id
 from schemas.messages import Principal, Proposal, Rejection
+from schemas.proposal_json import plain_proposal
 
 #: Default limit on a proposal record's value: 64 KiB (`--max-proposal-bytes` sets another).
 DEFAULT_MAX_PROPOSAL_BYTES = 64 * 1024
@@ -286,6 +287,9 @@ def decode_proposal(
         # The common case parses once; only a refused value is parsed again, to say why.
         # (Numbers that are not finite, too deep or inexact are the model's to refuse:
         # `schemas.ijson`, one walk.)
+        plain = plain_proposal(value)  # the common record, without the model's validation
+        if plain is not None:
+            return plain
         try:
             return Proposal.model_validate_json(value)
         except ValidationError as exc:
