@@ -19,18 +19,19 @@ from processor.observe import traces
 from processor.observe.logs import log_outcomes, logged
 from processor.observe.metrics import MetricsBatch, WorkerMetrics
 from processor.records.changelog_keys import answer_changelog_key, answers_changelog_prefix
-from processor.records.intake import TimestampType, Verified
+from processor.records.intake import TimestampType
 from processor.records.limits import RecordLimits
 from processor.records.outputs import CommitLimits, OutputRecord, Source, publishable
 from processor.records.pipeline import (
+    Admitted,
     DeadLetterReason,
     Outcome,
-    Placement,
-    decide_record,
+    decide_admitted,
     outcome_run_id,
 )
 from processor.records.punctuator import Punctuator
 from processor.records.stats import OutcomeStats
+from processor.runtimes.admission import Admission, Admitting
 from processor.runtimes.faust.observe import StateIndex
 from processor.runtimes.faust.producer import Deliver, Sendable, sendable
 from processor.runtimes.faust.snapshots import DecodedSnapshots
@@ -140,17 +141,24 @@ class Decision:
         if not messages:
             return
         staged = Staged()
-        # A batch's Ed25519 signatures, verified on threads beforehand (verifier.py).
+        keyring = self.keyring.current()
+        # A batch's Ed25519 signatures, verified on threads beforehand (verifier.py);
+        # then the whole batch admitted before any of it is decided (admission.py).
+        readable = [m for m in messages if not isinstance(m.checksum, Unreadable)]
         verified = self.verifier.verify(
-            self.topics.proposals,
-            (
-                (m.key, m.value, m.headers)
-                for m in messages
-                if not isinstance(m.checksum, Unreadable)
-            ),
-            self.keyring.current(),
+            self.topics.proposals, ((m.key, m.value, m.headers) for m in readable), keyring
         )
-        prepared = [self.prepare(message, staged, verified) for message in messages]
+        admitting = Admitting(
+            keyring, self.partitions, self.config.settings.max_proposal_bytes, verified
+        )
+        admissions = [
+            None if isinstance(m.checksum, Unreadable) else self._admit(admitting, m)
+            for m in messages
+        ]
+        prepared = [
+            self.prepare(message, staged, admission)
+            for message, admission in zip(messages, admissions, strict=True)
+        ]
         sending = time.perf_counter()
         sending_ns = time.time_ns() if any(p.decision is not None for p in prepared) else 0
         # From the first output sent until the table has the outcomes, a reader who saw
@@ -185,7 +193,19 @@ class Decision:
         if logging_these:
             log_outcomes(logging_these)  # acknowledged, at its level (logs.py)
 
-    def prepare(self, message: Any, staged: "Staged", verified: Verified) -> "Prepared":
+    def _admit(self, admitting: Admitting, message: Any) -> Admission:
+        return admitting.admit(
+            self.topics.proposals,
+            message.partition,
+            message.offset,
+            message.key,
+            message.value,
+            message.headers,
+            round(message.timestamp * 1000),
+            TimestampType.of_kafka(message.timestamp_type),
+        )
+
+    def prepare(self, message: Any, staged: "Staged", admission: Admission | None) -> "Prepared":
         """One record decided against the table and what the batch staged before it;
         its outcome's records, and what the table will hold once they are delivered."""
         topics, runs, metrics = self.topics, self.runs, self.metrics
@@ -211,27 +231,26 @@ class Decision:
             if unreadable is not None:
                 outcome = DeadLetterReason(unreadable.reason)
             else:
+                assert admission is not None  # every readable record is admitted
                 began = time.perf_counter()
                 began_ns = time.time_ns() if traces.tracing() else 0
-                outcome = decide_record(
-                    message.key,
-                    message.value,
-                    message.headers,
-                    at_ms,
-                    topic=topics.proposals,
-                    keyring=self.keyring.current(),
-                    machines=self.config.machines,
-                    lookup=looked_up,
-                    seen=partial(self.committed_by, message.partition, looked_up, table_get),
-                    placement=Placement(message.partition, self.partitions),
-                    max_bytes=self.config.settings.max_proposal_bytes,
-                    max_state_bytes=self.config.settings.max_state_bytes,
-                    timestamp_type=TimestampType.of_kafka(message.timestamp_type),
-                    commit_limits=self.commit_limits,
-                    relays=self.punctuator.relays,
-                    verified=verified,
+                admitted = admission.admitted
+                outcome = (
+                    decide_admitted(
+                        admitted,
+                        at_ms,
+                        machines=self.config.machines,
+                        lookup=looked_up,
+                        seen=partial(self.committed_by, message.partition, looked_up, table_get),
+                        max_state_bytes=self.config.settings.max_state_bytes,
+                        commit_limits=self.commit_limits,
+                        max_relay_bytes=self.config.settings.max_proposal_bytes,
+                        relays=self.punctuator.relays,
+                    )
+                    if isinstance(admitted, Admitted)
+                    else admitted
                 )
-                metrics.decision.observe(time.perf_counter() - began)
+                metrics.decision.observe(admission.seconds + time.perf_counter() - began)
                 if began_ns:
                     decision = traces.decided(
                         message.headers,

@@ -22,7 +22,7 @@ from processor.records.pipeline import (
 )
 from processor.records.punctuator import Punctuator
 from processor.records.stats import OutcomeStats
-from processor.runtimes.native.admission import Admission
+from processor.runtimes.admission import Admission
 from processor.runtimes.native.commits import CommitPipeline
 from processor.runtimes.native.poison import Quarantine
 from processor.runtimes.native.store.changes import PartitionTransaction

@@ -15,7 +15,7 @@ The loop; each job is a part of its own, which owns its state:
 - `Quarantine` (poison.py): records whose outcome the broker keeps refusing;
 - `check_topics` (preflight.py): the topics fit the worker, and what records they take;
 - `WorkerQueries` (queries.py): what the HTTP API (processor/serving/api.py) asks of it;
-- `admit_batch` (admission.py): a turn admits its whole batch first (signatures,
+- `admit_batch` (../admission.py): a turn admits its whole batch first (signatures,
   schema, placement);
 - `Processing` (processing.py): then each record is decided (`decide_admitted`, pure),
   produced and staged, and due timers fire, into the open transaction.
@@ -34,8 +34,8 @@ from confluent_kafka.admin import AdminClient
 from processor.observe.metrics import WorkerMetrics
 from processor.records.punctuator import Punctuator, timer_key
 from processor.runtimes import identity
+from processor.runtimes.admission import Admitting, admit_batch
 from processor.runtimes.errors import ClientBroken, WorkerError
-from processor.runtimes.native.admission import admit_batch
 from processor.runtimes.native.assignment import Assignment
 from processor.runtimes.native.commits import CommitPipeline
 from processor.runtimes.native.consumer import proposals_consumer
@@ -239,13 +239,13 @@ class Worker:
             ((m.key(), m.value(), m.headers()) for m in batch if m.error() is None),
             self.keyring.current(),
         )
-        admissions = admit_batch(
-            batch,
-            verified,
+        admitting = Admitting(
             self.keyring.current(),
             self.partitions,
             self.config.settings.max_proposal_bytes,
+            verified,
         )
+        admissions = admit_batch(batch, admitting)
         for msg, admission in zip(batch, admissions, strict=True):
             err = msg.error()
             if err is not None:
