@@ -25,27 +25,27 @@ _HOSTILE_CHAR = st.one_of(
     st.sampled_from(["\x00", "\x1f", "\x7f", "\x80", "\x9f", "\xa0", "\n", "\U0001f600", "é"]),
     _ANY_CHAR,
 )
+
+
+def _mostly(valid: st.SearchStrategy[Any], *hostile: st.SearchStrategy[Any]) -> Any:
+    """`valid` about half the time (so that one hostile field often stands alone among
+    valid ones), else one of `hostile`, or `valid` with a final line feed."""
+    return st.one_of(*[valid] * 4, valid.map(lambda s: s + "\n"), *hostile)
+
+
 _VALID_ID = st.text(
     st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), min_size=1, max_size=40
 )
-_IDS = st.one_of(
+_IDS = _mostly(
     _VALID_ID,
-    _VALID_ID,
-    _VALID_ID,
-    _VALID_ID,
-    _VALID_ID.map(lambda s: s + "\n"),
     st.text(_HOSTILE_CHAR, max_size=300),
     st.text(st.sampled_from(["a", "\U0001f600", "é"]), min_size=30, max_size=130),
     st.integers(),
     st.none(),
 )
 _VALID_NAME = st.from_regex(r"[A-Za-z0-9_.:@/\-]{1,128}", fullmatch=True)
-_NAMES = st.one_of(
+_NAMES = _mostly(
     _VALID_NAME,
-    _VALID_NAME,
-    _VALID_NAME,
-    _VALID_NAME,
-    _VALID_NAME.map(lambda s: s + "\n"),
     st.just("a" * 128),
     st.just("a" * 129),
     st.text(_HOSTILE_CHAR, max_size=10),
@@ -176,6 +176,7 @@ def _model(raw: bytes) -> Proposal | None:
 @example(b'{"proposal_id":"p","run_id":"r","event":"e","reason":"' + b"r" * 257 + b'"}')
 @example(b'{"proposal_id":"p\\u0000","run_id":"r","event":"e"}')
 @example(b'{"proposal_id":"p","run_id":"r","event":"e","expected_revision":-1}')
+@example(b'{"proposal_id":"p","run_id":"r","event":"e","extra":1}')
 @example(b'{"proposal_id":"' + "\u00e9".encode() * 65 + b'","run_id":"r","event":"e"}')
 @example(  # one level deeper than a payload may nest
     json.dumps(
