@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pydantic import JsonValue
 from rich.console import Console
 from rich.table import Table
 
@@ -34,13 +35,12 @@ MODEL = Principal(source="model:planner", authority="model")
 def warm_snapshot() -> RunSnapshot:
     machines = builtin_machines()
     snapshot = None
-    for i, (event, principal, payload) in enumerate(
-        [
-            ("create", RUNTIME, {"machine": "owned_run"}),
-            ("run_started", RUNTIME, {}),
-            ("tool_result", TOOL, {"fact": "build=green"}),
-        ]
-    ):
+    lives: list[tuple[str, Principal, dict[str, JsonValue]]] = [
+        ("create", RUNTIME, {"machine": "owned_run"}),
+        ("run_started", RUNTIME, {}),
+        ("tool_result", TOOL, {"fact": "build=green"}),
+    ]
+    for i, (event, principal, payload) in enumerate(lives):
         proposal = Proposal(proposal_id=f"w{i}", run_id="bench", event=event, payload=payload)
         decision = decide(machines, snapshot, proposal, principal, i)
         assert isinstance(decision, Commit)
@@ -70,7 +70,7 @@ def bench_mixed(n: int) -> float:
     """A realistic mix: 60% commits, 40% refusals (unauthorized, conflicts, illegal)."""
     machines = builtin_machines()
     snapshot = warm_snapshot()
-    kinds = [
+    kinds: list[tuple[str, Principal, dict[str, JsonValue], int | None]] = [
         ("tool_result", TOOL, {"fact": "lint=ok"}, None),
         ("step_started", RUNTIME, {"step": "s", "idempotency_key": "k"}, None),
         ("step_failed", RUNTIME, {"step": "s", "error": "e"}, None),
@@ -117,7 +117,7 @@ def bench_records(n: int, algorithm: Algorithm) -> float:
     key = b"bench"
 
     def record(
-        i: int, signer: str, event: str, payload: dict[str, str]
+        i: int, signer: str, event: str, payload: dict[str, JsonValue]
     ) -> tuple[bytes, RecordHeaders, int]:
         proposal = Proposal(proposal_id=f"r{i}", run_id="bench", event=event, payload=payload)
         value = proposal.model_dump_json(exclude_none=True).encode()

@@ -72,7 +72,9 @@ def main() -> None:
         records = outcome_records(names, outcome, source)
         if isinstance(outcome, Commit):
             # The run's snapshot, last of a commit's records (Quix changelogs it).
-            state.set(SNAPSHOT, records[-1].value.decode())
+            encoded = records[-1].value
+            assert encoded is not None  # a commit's snapshot is never a tombstone
+            state.set(SNAPSHOT, encoded.decode())
         return [r for r in records if r.topic != names.changelog]
 
     sdf = app.dataframe(proposals)
