@@ -70,6 +70,8 @@ class StateRuns:
         self.order = SortedList((ms, run_id) for run_id, ms in self.entered.items())
 
     def add(self, run_id: str, entered_ms: int) -> None:
+        if self.entered.get(run_id) == entered_ms:
+            return  # already there (most commits leave a run where it was)
         self.remove(run_id)
         self.entered[run_id] = entered_ms
         self.order.add((entered_ms, run_id))
@@ -103,9 +105,13 @@ class StateIndex(PartitionIndexes[dict[tuple[str, str], StateRuns]]):
         index = self._partitions.get(partition)
         if index is None:  # not indexed yet: the rebuild will see it
             return
-        if previous is not None and (left := index.get((previous.machine, previous.state))):
-            left.remove(previous.run_id)
         where = (snapshot.machine, snapshot.state)
+        if (
+            previous is not None
+            and (previous.machine, previous.state) != where
+            and (left := index.get((previous.machine, previous.state)))
+        ):
+            left.remove(previous.run_id)
         index.setdefault(where, StateRuns()).add(snapshot.run_id, snapshot.entered_state_at_ms)
 
     def drop(self, partition: int, previous: RunSnapshot) -> None:
