@@ -33,7 +33,7 @@ from processor.records.stats import OutcomeStats
 from processor.runtimes.faust.observe import StateIndex, faust_metrics
 from processor.runtimes.faust.processing import Decision
 from processor.runtimes.faust.producer import Deliver, Sendable
-from processor.runtimes.faust.table import SOURCE_OFFSET_HEADER, TableWrites
+from processor.runtimes.faust.table import NEXT_OFFSET_KEY, SOURCE_OFFSET_HEADER, TableWrites
 from processor.runtimes.faust.timers import DueIndex
 from processor.runtimes.settings import WorkerConfig, WorkerSettings
 from processor.serving.read_fence import ReadFence
@@ -233,6 +233,9 @@ def test_a_batch_delivers_and_stores_what_one_at_a_time_does(
     assert sorted(map(repr, batched[1])) == sorted(map(repr, one_by_one[1]))
     assert batched[0].partitions == one_by_one[0].partitions
     assert batched[2] == one_by_one[2]
+    # Each partition's local mark is the offset after the last proposal answered there.
+    for partition, mark in batched[2].items():
+        assert batched[0].partitions[partition][NEXT_OFFSET_KEY] == str(mark).encode()
 
 
 def test_every_snapshot_of_a_batch_goes_after_its_other_records() -> None:

@@ -173,8 +173,13 @@ class Decision:
             await self.deliver([r for p in prepared for r in p.before_snapshot])
             await self.deliver([self._snapshot(p) for p in prepared if p.snapshot is not None])
             writes = TableWrites()
+            marks: dict[int, int] = {}  # partition -> the offset after its last proposal
             for p in prepared:
                 self._stored(p, writes)
+                marks[p.message.partition] = p.last + 1
+            # Each partition's mark once, in the same write batch as its outcomes.
+            for partition, mark in marks.items():
+                writes.put(partition, NEXT_OFFSET_KEY, str(mark).encode())
             self.runs.write(writes)
             for p in prepared:
                 self.delivered(p.message, p.last)
@@ -330,12 +335,12 @@ class Decision:
 
     def _stored(self, p: "Prepared", writes: TableWrites) -> None:
         """What the table learns once `p`'s outcome is delivered, into `writes`: its own
-        records, its partition's mark, then its snapshot; a forgotten run's keys dropped."""
+        records, then its snapshot; a forgotten run's keys dropped. (The partition's
+        mark goes in once a batch, after the last: `decide`.)"""
         partition, outcome = p.message.partition, p.outcome
         for record in p.own:
             if record.value is not None:
                 writes.put(partition, _key(record), record.value)
-        writes.put(partition, NEXT_OFFSET_KEY, str(p.last + 1).encode())
         if isinstance(outcome, Forget):
             for record in [*p.records, *p.own]:
                 if record.topic == self.topics.changelog:
