@@ -13,6 +13,7 @@ import hashlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from processor.engine import Beat, Commit, Forget, Relay
 from processor.kafka.topics import TopicNames
@@ -126,9 +127,9 @@ def output_key(key: bytes | None) -> bytes | None:
     return key if key is None or len(key) <= MAX_OUTPUT_KEY_BYTES else None
 
 
-@dataclass(frozen=True, slots=True)
-class Source:
-    """The proposals record an outcome answers."""
+class Source(NamedTuple):
+    """The proposals record an outcome answers. (A named tuple, as `OutputRecord`: one
+    is made per record, and a frozen dataclass took about four times as long.)"""
 
     topic: str
     partition: int
@@ -141,8 +142,10 @@ class Source:
 Headers = list[tuple[str, str | bytes | None]]
 
 
-@dataclass(frozen=True, slots=True)
-class OutputRecord:
+class OutputRecord(NamedTuple):
+    """One record an outcome is published as. A named tuple: a commit makes three and
+    more, and a frozen dataclass took about four times as long to build (1 µs)."""
+
     topic: str
     key: bytes | None
     value: bytes | None  # None: a tombstone (compacted topics)

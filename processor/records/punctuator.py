@@ -6,7 +6,7 @@ fires it again. Driven by any runtime with "now" and a partition's store."""
 import json
 import logging
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -206,7 +206,7 @@ class Punctuator:
         """A message to another run (`Relay`, `Commit.sends`), signed at `now_ms`, to
         that run's partition of the proposals topic's `partitions`."""
         record = self._signed(proposal, now_ms)
-        return replace(record, partition=partition_for(proposal.run_id, partitions))
+        return record._replace(partition=partition_for(proposal.run_id, partitions))
 
     def _signed(self, proposal: Proposal, now_ms: int) -> OutputRecord:
         value = proposal.model_dump_json(exclude_none=True).encode()
