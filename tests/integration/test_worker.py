@@ -260,6 +260,45 @@ def test_worker_refuses_topics_that_do_not_fit(
     assert "cleanup.policy is delete, expected compact" in log
 
 
+def test_faust_commits_what_it_answered_when_it_stops(env: Env) -> None:
+    """The Faust runtime, stopped gracefully, commits the offsets it answered: a worker
+    that comes after it, with an empty state directory, decides none of them again,
+    though the periodic commit never ran. The last proposal of each partition is refused
+    for a run that does not exist, which leaves nothing in the changelog to learn it
+    from: only the committed offset covers it."""
+    never = ("--commit-interval-ms", "3600000")  # no periodic commit of proposal offsets
+    plan = workload(runs=12, proposals=120, seed=33)
+    ghosts = {partition_for(f"ghost-{n}", 3): f"ghost-{n}" for n in range(60)}
+    assert len(ghosts) == 3
+    plan += [
+        {"run_id": run_id, "event": "start", "key": "runtime", "proposal_id": f"g-{run_id}"}
+        for run_id in ghosts.values()
+    ]
+    first = WorkerProcess(env, env.tmp / "w1", *never, runtime="faust")
+    try:
+        first.wait_ready(partitions=3)
+        send(env, plan)
+        answered = wait_for_outcomes(env, plan).outcome_counts()
+    finally:
+        assert first.terminate() == 0, first.log()
+    ids = [p["proposal_id"] for p in plan]
+    assert all(answered[i] == 1 for i in ids)
+    second = WorkerProcess(env, env.tmp / "w2", *never, runtime="faust")
+    try:
+        second.wait_ready(partitions=3)
+        # One new run in each partition: once each is answered, every record before it
+        # in its partition has been looked at.
+        client = env.client()
+        for n in range(3):
+            run_id = next(f"after-{m}" for m in range(60) if partition_for(f"after-{m}", 3) == n)
+            client.create_and_wait(run_id, "task_lifecycle", timeout=60)
+        client.close()
+        counts = published(env).outcome_counts()
+        assert {i: counts[i] for i in ids if counts[i] != 1} == {}
+    finally:
+        assert second.terminate() == 0, second.log()
+
+
 def test_faust_answered_proposals_stay_answered_when_a_restart_recovers_nothing(
     env: Env,
 ) -> None:

@@ -234,6 +234,7 @@ class FaustWorker:
             self.commit_positions
         )
         app.timer(interval=config.settings.timer_interval_ms / 1000)(self.tick.fire_timers)
+        app.on_before_shutdown.connect(self.commit_positions_at_shutdown)
         app.agent(proposals, name="decide")(self.decide_proposals)
         # The same HTTP API as the native worker's (processor/serving/api.py).
         serve_api(app, self.node)
@@ -311,6 +312,17 @@ class FaustWorker:
         }
         if offsets and not self.app.rebalancing:
             await self.consumer().commit_positions(offsets)
+
+    async def commit_positions_at_shutdown(
+        self, sender: Any, /, *_: Any, signal: Any = None, **__: Any
+    ) -> None:
+        """A graceful stop commits what was answered since the last periodic commit: the
+        next owner of a partition would otherwise decide it again (Faust sends this once
+        its fetcher has stopped, while the consumer is still in the group)."""
+        try:
+            await self.commit_positions()
+        except Exception as exc:  # the stop goes on; the next owner answers them again
+            log.warning("committing the answered offsets at shutdown failed: %r", exc)
 
     def owned(self) -> list[int]:
         return sorted(
