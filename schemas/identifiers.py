@@ -12,6 +12,7 @@ store's own key prefixes. A JSON Schema `maxLength` counts characters, so the by
 limit is stated in each field's description and checked here.
 """
 
+import re
 from typing import Annotated
 
 from pydantic import AfterValidator, Field
@@ -62,13 +63,19 @@ ProposalId = Annotated[
 
 
 def _is_text_id(value: object, limit: int) -> bool:
-    if not isinstance(value, str) or not value:
+    # At most `limit` bytes is at most `limit` characters. Of ASCII, the printable
+    # characters are exactly those outside the controls the pattern excludes. (Every
+    # proposal is checked here: `schemas.proposal_json`.)
+    if not isinstance(value, str) or not 0 < len(value) <= limit:
+        return False
+    if value.isascii():
+        return value.isprintable()
+    if _TEXT_ID(value) is None:
         return False
     try:
-        raw = value.encode("utf-8")
-    except UnicodeEncodeError:
+        return len(value.encode("utf-8")) <= limit
+    except UnicodeEncodeError:  # a lone surrogate
         return False
-    return len(raw) <= limit and not any(c < 0x20 or 0x7F <= c <= 0x9F for c in map(ord, value))
 
 
 def is_run_id(value: object) -> bool:
@@ -81,9 +88,10 @@ def is_proposal_id(value: object) -> bool:
 
 
 def is_name(value: object) -> bool:
-    return (
-        isinstance(value, str)
-        and 0 < len(value) <= MAX_NAME_CHARS
-        and value.isascii()
-        and all(c.isalnum() or c in "_.:@/-" for c in value)
-    )
+    return isinstance(value, str) and len(value) <= MAX_NAME_CHARS and _NAME(value) is not None
+
+
+#: The patterns above, whole-string (Python's `$` would also match before a final line
+#: feed; the models' patterns do not).
+_NAME = re.compile(NAME_PATTERN[1:-1]).fullmatch
+_TEXT_ID = re.compile(TEXT_ID_PATTERN[1:-1]).fullmatch

@@ -13,24 +13,15 @@ beyond 64 bits, which orjson reads as floats: a float of that size sends the val
 the model, which keeps such integers exact (and refuses them where they may not be).
 """
 
-import re
 from typing import Any
 
 import orjson
 
 from schemas.base import OLDEST_SCHEMA_VERSION, SCHEMA_VERSION
-from schemas.identifiers import (
-    MAX_NAME_CHARS,
-    MAX_PROPOSAL_ID_BYTES,
-    MAX_RUN_ID_BYTES,
-)
+from schemas.identifiers import is_name, is_proposal_id, is_run_id
 from schemas.ijson import MAX_DEPTH, MAX_EXACT_INTEGER
 from schemas.messages import Proposal
 
-#: The model's patterns, whole-string (Python's `$` would also match before a final
-#: line feed; the model's does not).
-_NAME = re.compile(r"[A-Za-z0-9_.:@/\-]+").fullmatch
-_TEXT_ID = re.compile(r"[^\x00-\x1f\x7f-\x9f]+").fullmatch
 _REASON_CHARS = 256
 _FIELDS = frozenset(Proposal.model_fields)
 #: orjson reads an integer beyond 64 bits as a float: one this large may have been one.
@@ -52,13 +43,7 @@ def plain_proposal(value: bytes) -> Proposal | None:
     if type(version) is not _INT or not OLDEST_SCHEMA_VERSION <= version <= SCHEMA_VERSION:
         return None
     proposal_id, run_id, event = get("proposal_id"), get("run_id"), get("event")
-    if not (
-        _is_text_id(proposal_id, MAX_PROPOSAL_ID_BYTES)
-        and _is_text_id(run_id, MAX_RUN_ID_BYTES)
-        and type(event) is str
-        and len(event) <= MAX_NAME_CHARS
-        and _NAME(event) is not None
-    ):
+    if not (is_proposal_id(proposal_id) and is_run_id(run_id) and is_name(event)):
         return None
     expected = get("expected_revision")
     if expected is not None and (type(expected) is not _INT or expected < 0):
@@ -66,10 +51,7 @@ def plain_proposal(value: bytes) -> Proposal | None:
     reason = get("reason")
     if reason is not None and (type(reason) is not str or not 0 < len(reason) <= _REASON_CHARS):
         return None
-    payload = get("payload", _ABSENT)
-    metadata = get("metadata", _ABSENT)
-    payload = {} if payload is _ABSENT else payload
-    metadata = {} if metadata is _ABSENT else metadata
+    payload, metadata = get("payload", {}), get("metadata", {})  # absent: {}; null: refused
     if not (_plain_object(payload, MAX_DEPTH) and _plain_object(metadata, MAX_DEPTH)):
         return None
     return Proposal.trusted(
@@ -84,19 +66,6 @@ def plain_proposal(value: bytes) -> Proposal | None:
             "metadata": metadata,
         }
     )
-
-
-_ABSENT: Any = object()
-
-
-def _is_text_id(value: object, limit: int) -> bool:
-    # At most `limit` bytes is at most `limit` characters. Of ASCII, the printable
-    # characters are exactly those outside the controls the pattern excludes.
-    if type(value) is not str or not 0 < len(value) <= limit:
-        return False
-    if value.isascii():
-        return value.isprintable()
-    return _TEXT_ID(value) is not None and len(value.encode()) <= limit
 
 
 def _plain_object(value: object, room: int) -> bool:

@@ -103,8 +103,7 @@ def header_value(headers: Headers, name: str) -> bytes | str | None:
 
 
 def _header(headers: Headers, name: str) -> str | None:
-    raw = header_value(headers, name)
-    return raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+    return _text(header_value(headers, name))
 
 
 @dataclass(frozen=True, slots=True)

@@ -260,6 +260,24 @@ def test_worker_refuses_topics_that_do_not_fit(
     assert "cleanup.policy is delete, expected compact" in log
 
 
+def _one_run_per_partition(prefix: str, partitions: int = 3) -> list[str]:
+    """A run id in each partition: `prefix-<n>` for the first n that lands there."""
+    found = {partition_for(f"{prefix}-{n}", partitions): f"{prefix}-{n}" for n in range(60)}
+    assert len(found) == partitions
+    return [found[p] for p in range(partitions)]
+
+
+def _answered_again_once_read(env: Env, ids: list[str]) -> dict[str, int]:
+    """The proposals among `ids` not answered exactly once, after one new run in each
+    partition is answered (then every record before it there has been looked at)."""
+    client = env.client()
+    for run_id in _one_run_per_partition("after"):
+        client.create_and_wait(run_id, "task_lifecycle", timeout=60)
+    client.close()
+    counts = published(env).outcome_counts()
+    return {i: counts[i] for i in ids if counts[i] != 1}
+
+
 def test_faust_commits_what_it_answered_when_it_stops(env: Env) -> None:
     """The Faust runtime, stopped gracefully, commits the offsets it answered: a worker
     that comes after it, with an empty state directory, decides none of them again,
@@ -268,11 +286,9 @@ def test_faust_commits_what_it_answered_when_it_stops(env: Env) -> None:
     from: only the committed offset covers it."""
     never = ("--commit-interval-ms", "3600000")  # no periodic commit of proposal offsets
     plan = workload(runs=12, proposals=120, seed=33)
-    ghosts = {partition_for(f"ghost-{n}", 3): f"ghost-{n}" for n in range(60)}
-    assert len(ghosts) == 3
     plan += [
         {"run_id": run_id, "event": "start", "key": "runtime", "proposal_id": f"g-{run_id}"}
-        for run_id in ghosts.values()
+        for run_id in _one_run_per_partition("ghost")
     ]
     first = WorkerProcess(env, env.tmp / "w1", *never, runtime="faust")
     try:
@@ -286,15 +302,7 @@ def test_faust_commits_what_it_answered_when_it_stops(env: Env) -> None:
     second = WorkerProcess(env, env.tmp / "w2", *never, runtime="faust")
     try:
         second.wait_ready(partitions=3)
-        # One new run in each partition: once each is answered, every record before it
-        # in its partition has been looked at.
-        client = env.client()
-        for n in range(3):
-            run_id = next(f"after-{m}" for m in range(60) if partition_for(f"after-{m}", 3) == n)
-            client.create_and_wait(run_id, "task_lifecycle", timeout=60)
-        client.close()
-        counts = published(env).outcome_counts()
-        assert {i: counts[i] for i in ids if counts[i] != 1} == {}
+        assert _answered_again_once_read(env, ids) == {}
     finally:
         assert second.terminate() == 0, second.log()
 
@@ -327,15 +335,6 @@ def test_faust_answered_proposals_stay_answered_when_a_restart_recovers_nothing(
     again = WorkerProcess(env, env.tmp / "w2", *never, runtime="faust")
     try:
         again.wait_ready(partitions=3)
-        # One new run in each partition: once each is answered, every record before it
-        # in its partition has been looked at.
-        client = env.client()
-        run_ids = {partition_for(f"after-{n}", 3): f"after-{n}" for n in range(60)}
-        assert len(run_ids) == 3
-        for run_id in run_ids.values():
-            client.create_and_wait(run_id, "task_lifecycle", timeout=60)
-        client.close()
-        counts = published(env).outcome_counts()
-        assert {i: counts[i] for i in ids if counts[i] != 1} == {}
+        assert _answered_again_once_read(env, ids) == {}
     finally:
         assert again.terminate() == 0, again.log()
