@@ -35,6 +35,7 @@ each job is a part of its own:
 - `FaustNode` (web.py): what the HTTP API asks of the runtime.
 """
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -71,6 +72,8 @@ FAUST_BATCH_SIZE = 16_384
 #: (Faust's `take_events` waits that long unless the batch fills first: at a trickle,
 #: up to that much of every answer).
 DECIDE_BATCH = 500
+#: How long a graceful stop waits to commit the answered offsets.
+SHUTDOWN_COMMIT_S = 5.0
 DECIDE_WAIT_S = 0.005
 
 
@@ -319,8 +322,10 @@ class FaustWorker:
         """A graceful stop commits what was answered since the last periodic commit: the
         next owner of a partition would otherwise decide it again (Faust sends this once
         its fetcher has stopped, while the consumer is still in the group)."""
+        # Bounded: a consumer that has already left the group, or whose thread has
+        # stopped, must not hold the stop (a worker that hung here was seen in CI).
         try:
-            await self.commit_positions()
+            await asyncio.wait_for(self.commit_positions(), SHUTDOWN_COMMIT_S)
         except Exception as exc:  # the stop goes on; the next owner answers them again
             log.warning("committing the answered offsets at shutdown failed: %r", exc)
 
