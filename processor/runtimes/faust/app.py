@@ -177,6 +177,7 @@ class FaustWorker:
         app.tables.add(runs)
         self.positions = Positions()
         self.consumer().agent_owned.add(topics.proposals)
+        self.consumer().refetch = self.seek_to_positions
         self.marks_read: set[int] = set()  # partitions whose local mark was read
         self.stats = FaustStats()
         self.read_fence = ReadFence()
@@ -302,6 +303,14 @@ class FaustWorker:
         """The outcome of every offset of `message` up to `last` is delivered (and the
         table's mark says so)."""
         self.positions.decided(message.partition, last)
+
+    async def seek_to_positions(self) -> None:
+        """Every owned partition read again from the offset the agent vouches for (after
+        a fetch failed: records it had taken from the consumer are lost)."""
+        for partition in self.owned():
+            if self.positions.known(partition):
+                tp = TP(self.topics.proposals, partition)
+                await self.consumer().seek(tp, self.positions.next[partition])
 
     async def commit_positions(self) -> None:
         """The offsets the agent vouches for, committed (every `commit_interval_ms`)."""

@@ -1,8 +1,15 @@
 """Faust's aiokafka transport, with the proposals' positions under the agent's control.
 
+- Every seek runs on the consumer's own thread. aiokafka's consumer is not thread-safe:
+  a seek drops the partition's fetched records and wakes the fetch routine, state the
+  consumer thread reads and writes without a lock (Faust seeks from the app's thread,
+  and a fetch racing such a seek failed with a KeyError that stopped Faust's fetcher).
 - Seeking "to the committed offsets" also seeks partitions that never committed one,
   to their beginning (aiokafka leaves them wherever the fetcher got to), and records
   each partition's start as a floor for the agent (`positions`).
+- A fetch that fails other than by a stop does not leave the worker up and silent
+  (Faust's fetcher would end, and nothing would be read again): it is logged, and
+  fetching starts again from the offsets the agent vouches for (`refetch`).
 - Faust's read offsets are not kept for those topics (`ReadOffsets`).
 - `commit_positions` commits the offsets the agent vouches for; Faust's own
   acknowledgements are off for the proposals topic because Faust acknowledges records
@@ -19,7 +26,7 @@
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -139,18 +146,27 @@ def guard_reads(topics: set[str]) -> None:
 
 class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     async def seek_to_committed(self) -> Mapping[TP, int]:
-        consumer = self._ensure_consumer()
-        committed: dict[Any, int | None] = dict(await self.call_thread(consumer.seek_to_committed))
-        never = [tp for tp, offset in committed.items() if not offset]
-        if never:
-            beginnings = await self.call_thread(consumer.beginning_offsets, never)
-            for tp in never:
-                consumer.seek(tp, beginnings[tp])
-                committed[tp] = beginnings[tp]
+        committed: dict[Any, int] = await self.call_thread(
+            self._seek_to_committed, self._ensure_consumer()
+        )
         floors = self.consumer.floors  # type: ignore[attr-defined]
         for tp, offset in committed.items():
             floors[TP(tp.topic, tp.partition)] = offset
-        return committed  # type: ignore[return-value]
+        return committed
+
+    @staticmethod
+    async def _seek_to_committed(consumer: Any) -> dict[Any, int]:
+        """On the consumer's thread: every partition to its committed offset, or to its
+        beginning if it never committed one."""
+        committed: dict[Any, int | None] = dict(await consumer.seek_to_committed())
+        starts = {tp: offset for tp, offset in committed.items() if offset}
+        never = [tp for tp in committed if tp not in starts]
+        if never:
+            beginnings = await consumer.beginning_offsets(never)
+            for tp in never:
+                consumer.seek(tp, beginnings[tp])
+                starts[tp] = beginnings[tp]
+        return starts
 
     async def _fetch_records(self, *args: Any, **kwargs: Any) -> Any:
         """A fetch that cannot be read is logged and tried again, not a crash."""
@@ -191,9 +207,36 @@ class Consumer(faust_aiokafka.Consumer):
         super().__init__(*args, **kwargs)
         self._read_offset = ReadOffsets(self.agent_owned)
         guard_reads(self.agent_owned)
+        # seeks the agent's partitions back to what it vouches for, after a failed fetch
+        self.refetch: Callable[[], Awaitable[None]] | None = None
 
     def _new_consumer_thread(self) -> faust_aiokafka.AIOKafkaConsumerThread:
         return ConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+    async def _seek(self, partition: TP, offset: int) -> None:
+        await self._thread.call_thread(self._seek_now, partition, offset)
+
+    async def _seek_now(self, partition: TP, offset: int) -> None:
+        self._thread.seek(partition, offset)
+
+    async def _drain_messages(self, fetcher: Any) -> None:
+        """Faust's fetch loop, started again after a failure that is not a stop."""
+        while True:
+            try:
+                return await super()._drain_messages(fetcher)
+            except self.consumer_stopped_errors:
+                raise
+            except Exception as exc:
+                if fetcher.should_stop or self.should_stop:
+                    raise
+                log.error(
+                    "fetching failed (%r); fetching again in %.0f s from the answered offsets",
+                    exc,
+                    READ_RETRY_S,
+                )
+            await asyncio.sleep(READ_RETRY_S)
+            if self.refetch is not None:
+                await self.refetch()
 
     async def commit_positions(self, offsets: Mapping[TP, int]) -> bool:
         """Commit these offsets (those of partitions no longer assigned are left out)."""

@@ -1,0 +1,114 @@
+"""The Faust runtime's consumer: seeks on the consumer's own thread, and a fetch that fails
+other than by a stop starts again from the agent's positions (no broker)."""
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP
+
+from processor.runtimes.faust.transport import READ_RETRY_S, Consumer
+
+PARTITION = TP("t.proposals", 0)
+
+
+class ThreadOfItsOwn:
+    """Stands for Faust's consumer thread: `call_thread` runs a coroutine function on an
+    event loop in another thread, as mode's method queue does; `seek` records the thread
+    it ran on (aiokafka's seek is what must run there)."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.seeks: list[tuple[TP, int, int]] = []
+
+    async def call_thread(self, fun: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+        done = asyncio.run_coroutine_threadsafe(fun(*args), self.loop)
+        return await asyncio.wrap_future(done)
+
+    def seek(self, partition: TP, offset: int) -> None:
+        self.seeks.append((partition, offset, threading.get_ident()))
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        self.loop.close()
+
+
+@pytest.fixture
+def consumer_thread() -> Iterator[ThreadOfItsOwn]:
+    thread = ThreadOfItsOwn()
+    yield thread
+    thread.close()
+
+
+def bare_consumer(thread: ThreadOfItsOwn | None = None) -> Consumer:
+    """A `Consumer` without Faust's app (only what the methods under test read)."""
+    consumer = Consumer.__new__(Consumer)
+    consumer._thread = thread  # type: ignore[assignment]
+    consumer.refetch = None
+    return consumer
+
+
+def test_every_seek_runs_on_the_consumer_thread(consumer_thread: ThreadOfItsOwn) -> None:
+    consumer = bare_consumer(consumer_thread)
+    asyncio.run(consumer._seek(PARTITION, 42))
+    assert consumer_thread.seeks == [(PARTITION, 42, consumer_thread.thread.ident)]
+
+
+class Fetcher:
+    def __init__(self) -> None:
+        self.should_stop = False
+
+
+def draining(
+    monkeypatch: pytest.MonkeyPatch, failures: list[BaseException]
+) -> tuple[Consumer, list[str]]:
+    """A consumer whose Faust fetch loop raises each of `failures` in turn, then returns."""
+    calls: list[str] = []
+
+    async def faust_drain(self: Consumer, fetcher: Fetcher) -> None:
+        calls.append("drain")
+        if failures:
+            raise failures.pop(0)
+
+    async def refetch() -> None:
+        calls.append("refetch")
+
+    async def no_wait(_: float) -> None:
+        calls.append("wait")
+
+    monkeypatch.setattr(faust_aiokafka.Consumer, "_drain_messages", faust_drain)
+    monkeypatch.setattr("processor.runtimes.faust.transport.asyncio.sleep", no_wait)
+    consumer = bare_consumer()
+    consumer.refetch = refetch
+    monkeypatch.setattr(Consumer, "should_stop", False, raising=False)
+    return consumer, calls
+
+
+def test_a_failed_fetch_fetches_again_from_the_answered_offsets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    consumer, calls = draining(monkeypatch, [KeyError(PARTITION), RuntimeError("gone")])
+    asyncio.run(consumer._drain_messages(Fetcher()))
+    assert calls == ["drain", "wait", "refetch", "drain", "wait", "refetch", "drain"]
+    assert READ_RETRY_S > 0
+
+
+def test_a_stop_is_not_fetched_through(monkeypatch: pytest.MonkeyPatch) -> None:
+    stopped = Consumer.consumer_stopped_errors[0]()
+    consumer, calls = draining(monkeypatch, [stopped])
+    with pytest.raises(type(stopped)):
+        asyncio.run(consumer._drain_messages(Fetcher()))
+    assert calls == ["drain"]
+
+    consumer, calls = draining(monkeypatch, [KeyError(PARTITION)])
+    fetcher = Fetcher()
+    fetcher.should_stop = True
+    with pytest.raises(KeyError):
+        asyncio.run(consumer._drain_messages(fetcher))
+    assert calls == ["drain"]
