@@ -267,6 +267,14 @@ def _one_run_per_partition(prefix: str, partitions: int = 3) -> list[str]:
     return [found[p] for p in range(partitions)]
 
 
+def _wait_owning_some(worker: WorkerProcess, timeout: float = 90.0) -> None:
+    """Until `worker` owns a partition (a rebalance gave it some)."""
+    deadline = time.monotonic() + timeout
+    while not (worker.health() or {}).get("partitions"):
+        assert time.monotonic() < deadline, f"no partition within {timeout:.0f}s:\n{worker.log()}"
+        time.sleep(0.2)
+
+
 def _answered_again_once_read(env: Env, ids: list[str]) -> dict[str, int]:
     """The proposals among `ids` not answered exactly once, after one new run in each
     partition is answered (then every record before it there has been looked at)."""
@@ -305,6 +313,34 @@ def test_faust_commits_what_it_answered_when_it_stops(env: Env) -> None:
         assert _answered_again_once_read(env, ids) == {}
     finally:
         assert second.terminate() == 0, second.log()
+
+
+def test_faust_commits_what_it_answered_when_partitions_move(env: Env) -> None:
+    """The Faust runtime commits the offsets it answered when a rebalance takes partitions
+    from it: a worker that joins with an empty state directory decides none of them
+    again, though the periodic commit never ran (each partition's last proposal is
+    refused for a run that does not exist: only the committed offset covers it)."""
+    never = ("--commit-interval-ms", "3600000")  # no periodic commit of proposal offsets
+    plan = workload(runs=12, proposals=120, seed=35)
+    plan += [
+        {"run_id": run_id, "event": "start", "key": "runtime", "proposal_id": f"g-{run_id}"}
+        for run_id in _one_run_per_partition("ghost")
+    ]
+    first = WorkerProcess(env, env.tmp / "w1", *never, runtime="faust")
+    second: WorkerProcess | None = None
+    try:
+        first.wait_ready(partitions=3)
+        send(env, plan)
+        answered = wait_for_outcomes(env, plan).outcome_counts()
+        ids = [p["proposal_id"] for p in plan]
+        assert all(answered[i] == 1 for i in ids)
+        second = WorkerProcess(env, env.tmp / "w2", *never, runtime="faust")
+        _wait_owning_some(second)
+        assert _answered_again_once_read(env, ids) == {}
+    finally:
+        assert first.terminate() == 0, first.log()
+        if second is not None:
+            assert second.terminate() == 0, second.log()
 
 
 def test_faust_answered_proposals_stay_answered_when_a_restart_recovers_nothing(

@@ -72,8 +72,9 @@ FAUST_BATCH_SIZE = 16_384
 #: (Faust's `take_events` waits that long unless the batch fills first: at a trickle,
 #: up to that much of every answer).
 DECIDE_BATCH = 500
-#: How long a graceful stop waits to commit the answered offsets.
-SHUTDOWN_COMMIT_S = 5.0
+#: How long a graceful stop, or a rebalance taking partitions away, waits for the batch
+#: being decided and the commit of the answered offsets.
+HANDOVER_COMMIT_S = 5.0
 DECIDE_WAIT_S = 0.005
 
 
@@ -238,7 +239,10 @@ class FaustWorker:
             self.commit_positions
         )
         app.timer(interval=config.settings.timer_interval_ms / 1000)(self.tick.fire_timers)
-        app.on_before_shutdown.connect(self.commit_positions_at_shutdown)
+        self.idle = asyncio.Event()  # no batch being decided
+        self.idle.set()
+        app.on_before_shutdown.connect(self.commit_positions_at_handover)
+        app.on_partitions_revoked.connect(self.commit_positions_at_handover)
         app.agent(proposals, name="decide")(self.decide_proposals)
         # The same HTTP API as the native worker's (processor/serving/api.py).
         serve_api(app, self.node)
@@ -250,10 +254,12 @@ class FaustWorker:
         """The agent: the proposals `positions` says are next, decided a batch at a time
         (what arrived within `DECIDE_WAIT_S`, up to `DECIDE_BATCH`)."""
         async for events in stream.take_events(DECIDE_BATCH, within=DECIDE_WAIT_S):
+            self.idle.clear()
             try:
                 await self.decide_events(events)
             finally:
                 self.positions.release()
+                self.idle.set()
 
     async def decide_events(self, events: Sequence[Any]) -> None:
         batch: list[Any] = []
@@ -312,31 +318,40 @@ class FaustWorker:
                 tp = TP(self.topics.proposals, partition)
                 await self.consumer().seek(tp, self.positions.next[partition])
 
+    def answered_offsets(self) -> dict[TP, int]:
+        """Per owned proposals partition, the offset the agent vouches for."""
+        return {
+            tp: self.positions.next[tp.partition]
+            for tp in self.app.assignor.assigned_actives()
+            if tp.topic == self.topics.proposals and self.positions.known(tp.partition)
+        }
+
     async def commit_positions(self) -> None:
         """The offsets the agent vouches for, committed (every `commit_interval_ms`)."""
-        owned_tps = [
-            tp for tp in self.app.assignor.assigned_actives() if tp.topic == self.topics.proposals
-        ]
-        offsets = {
-            tp: self.positions.next[tp.partition]
-            for tp in owned_tps
-            if self.positions.known(tp.partition)
-        }
+        offsets = self.answered_offsets()
         if offsets and not self.app.rebalancing:
             await self.consumer().commit_positions(offsets)
 
-    async def commit_positions_at_shutdown(
+    async def commit_positions_at_handover(
         self, sender: Any, /, *_: Any, signal: Any = None, **__: Any
     ) -> None:
-        """A graceful stop commits what was answered since the last periodic commit: the
-        next owner of a partition would otherwise decide it again (Faust sends this once
-        its fetcher has stopped, while the consumer is still in the group)."""
+        """Before partitions leave this worker (a graceful stop, a rebalance taking them),
+        the batch being decided is finished and what was answered since the last periodic
+        commit is committed: the next owner would otherwise decide it again. Faust sends
+        both while the consumer is still a member of the group, its flow stopped."""
         # Bounded: a consumer that has already left the group, or whose thread has
-        # stopped, must not hold the stop (a worker that hung here was seen in CI).
+        # stopped, must not hold the stop or the rebalance (a worker that hung on its
+        # stop was seen in CI). The next owner then answers them again, as after a crash.
         try:
-            await asyncio.wait_for(self.commit_positions(), SHUTDOWN_COMMIT_S)
-        except Exception as exc:  # the stop goes on; the next owner answers them again
-            log.warning("committing the answered offsets at shutdown failed: %r", exc)
+            await asyncio.wait_for(self._commit_when_idle(), HANDOVER_COMMIT_S)
+        except Exception as exc:
+            log.warning("committing the answered offsets at a handover failed: %r", exc)
+
+    async def _commit_when_idle(self) -> None:
+        await self.idle.wait()
+        offsets = self.answered_offsets()
+        if offsets:
+            await self.consumer().commit_positions(offsets)
 
     def owned(self) -> list[int]:
         return sorted(
