@@ -423,6 +423,7 @@ def assert_at_least_once_recognisable(plan: list[dict[str, Any]], result: Publis
             assert not differ, f"copies of {transition_id} differ: {differ}"
     assert all(len(ids) == 1 for ids in committed.values()), "a proposal committed twice"
     refused: dict[str, set[tuple[str, str]]] = defaultdict(set)
+    seen_as: dict[str, list[tuple[str | None, int | None]]] = defaultdict(list)
     for r in result.rejections:
         if r.proposal_id is None:
             continue
@@ -434,11 +435,15 @@ def assert_at_least_once_recognisable(plan: list[dict[str, Any]], result: Publis
             assert r.original_transition_id in committed[r.proposal_id], r
         else:
             refused[r.proposal_id].add((r.code.value, r.detail))
+            seen_as[r.proposal_id].append((r.state, r.revision))
             assert not committed[r.proposal_id], (
                 f"{r.proposal_id} committed as {sorted(committed[r.proposal_id])} and refused "
                 f"{r.code.value}: {r.detail} (state {r.state}, revision {r.revision})"
             )
-    assert all(len(kinds) == 1 for kinds in refused.values()), "a proposal refused differently"
+    differently = {
+        pid: (sorted(kinds), seen_as[pid]) for pid, kinds in refused.items() if len(kinds) > 1
+    }
+    assert not differently, f"proposals refused differently: {differently}"
 
 
 def assert_serves_changelog(

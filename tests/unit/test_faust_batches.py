@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -33,7 +34,13 @@ from processor.records.stats import OutcomeStats
 from processor.runtimes.faust.observe import StateIndex, faust_metrics
 from processor.runtimes.faust.processing import Decision
 from processor.runtimes.faust.producer import Deliver, Sendable
-from processor.runtimes.faust.table import NEXT_OFFSET_KEY, SOURCE_OFFSET_HEADER, TableWrites
+from processor.runtimes.faust.table import (
+    NEXT_OFFSET_KEY,
+    SOURCE_OFFSET_HEADER,
+    NotHeld,
+    RunsTable,
+    TableWrites,
+)
 from processor.runtimes.faust.timers import DueIndex
 from processor.runtimes.settings import WorkerConfig, WorkerSettings
 from processor.serving.read_fence import ReadFence
@@ -66,24 +73,36 @@ class Message:
 
 
 class Table:
-    """The runs table as the agent uses it, over a dict per partition."""
+    """The runs table as the agent uses it, over a dict per partition; the partitions in
+    `dropped` are not held (revoked, or the worker stopping: Faust dropped their stores)."""
 
     def __init__(self) -> None:
         self.partitions: dict[int, dict[bytes, bytes]] = {}
+        self.dropped: set[int] = set()
+
+    def holds(self, partition: int) -> bool:
+        return partition not in self.dropped
 
     def partition_read(self, partition: int, key: bytes) -> bytes | None:
+        if not self.holds(partition):
+            raise NotHeld(partition)
         return self.partitions.get(partition, {}).get(key)
 
     partition_get = partition_read
 
-    def write(self, writes: TableWrites) -> None:
+    def write(self, writes: TableWrites) -> set[int]:
+        written = set()
         for partition, pairs in writes.by_partition.items():
+            if not self.holds(partition):
+                continue
+            written.add(partition)
             stored = self.partitions.setdefault(partition, {})
             for key, value in pairs:
                 if value is None:
                     stored.pop(key, None)
                 else:
                     stored[key] = value
+        return written
 
     def partition_keys(self, partition: int, prefix: bytes) -> list[bytes]:
         return sorted(k for k in self.partitions.get(partition, {}) if k.startswith(prefix))
@@ -272,3 +291,73 @@ def test_outputs_carry_the_headers_the_native_worker_writes() -> None:
     for value, headers in snapshots:
         snapshot = RunSnapshot.model_validate_json(value)
         assert (INDEX_HEADER, snapshot_index(snapshot)) in headers
+
+
+def test_a_partition_not_held_is_left_to_its_next_owner() -> None:
+    """Records of a partition whose store was dropped (revoked, or the worker stopping)
+    are not decided: nothing is sent for them, nothing vouched for. One dropped while its
+    batch's outcomes travel is not written or vouched for either (its next owner decides
+    those again, from the changelog); the other partitions go on."""
+    stream = messages(13, runs=12, proposals=120, resent=0.0)
+    assert {m.partition for m in stream} == {0, 1, 2}
+    first, second = stream[: len(stream) // 2], stream[len(stream) // 2 :]
+    table, sent, marks = Table(), list[Any](), dict[int, int]()
+    deciding = decision(table, sent, marks, HMAC)
+    deliver = deciding.deliver
+
+    def last(partition: int, records: list[Message]) -> int:
+        return max(m.offset for m in records if m.partition == partition)
+
+    async def dropping_partition_1(records: Sequence[Sendable]) -> None:
+        table.dropped.add(1)  # revoked while the batch's first phase travels
+        await deliver(records)
+
+    async def decide() -> None:
+        table.dropped = {0}
+        await deciding.decide(first)
+        assert {partition for _, partition, *_ in sent} == {1, 2}
+        assert marks == {1: last(1, first) + 1, 2: last(2, first) + 1}
+        stored = dict(table.partitions[1])
+        sent.clear()
+        deciding.deliver = dropping_partition_1
+        await deciding.decide(second)
+        assert {partition for _, partition, *_ in sent} == {1, 2}  # delivered, both
+        assert marks == {1: last(1, first) + 1, 2: last(2, second) + 1}
+        assert table.partitions[1] == stored
+
+    try:
+        asyncio.run(decide())
+    finally:
+        deciding.verifier.close()
+    assert 0 not in table.partitions
+
+
+def test_the_table_never_opens_a_dropped_store_again() -> None:
+    """Reads and writes of the runs table reach only the stores Faust holds open: a
+    partition's store dropped (revoked, or the worker stopping) is not opened again, where
+    it would be read without the writes skipped since."""
+
+    class Store:
+        def __init__(self) -> None:
+            self._dbs: dict[int, Any] = {}
+
+        def _db_for_partition(self, partition: int) -> Any:
+            raise AssertionError(f"partition {partition}'s store opened again")
+
+    class Db(dict[bytes, bytes]):
+        def write(self, batch: Any) -> None:
+            self[b"written"] = b"1"
+
+    table = RunsTable.__new__(RunsTable)
+    store = Store()
+    store._dbs = {1: Db({b"k": b"v"})}
+    table._data = store  # type: ignore[assignment]
+    assert table.holds(1) and not table.holds(0)
+    assert table.partition_read(1, b"k") == b"v"
+    with pytest.raises(NotHeld):
+        table.partition_read(0, b"k")
+    writes = TableWrites()
+    writes.put(0, b"a", b"1")
+    writes.put(1, b"a", b"1")
+    assert table.write(writes) == {1}
+    assert 0 not in store._dbs

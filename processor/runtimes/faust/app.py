@@ -17,7 +17,12 @@ committed, so it cannot give the native worker's exactly-once. What it gives ins
   - a proposal already answered (below the local mark, or at or below the latest
     commit restored from the changelog, `table`) is not decided again; any other is
     decided against the snapshot it saw the first time and gets the same outcome, so
-    the state never moves twice for one proposal id.
+    the state never moves twice for one proposal id;
+  - a partition's proposals are decided only while this worker holds its store: Faust
+    drops it when the partition is revoked or the worker stops, and a store opened
+    again then would lack the writes skipped meanwhile (a proposal decided against it
+    could be refused differently from its first answer). Before partitions leave, the
+    batch being decided is finished and its offsets committed (`App.handover`).
 Deadlines and alerts fire through the native worker's punctuator (`timers`), at least
 once: each is marked fired in the table and its changelog once its record is delivered.
 
@@ -37,7 +42,7 @@ each job is a part of its own:
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -85,8 +90,18 @@ class FaustStats(OutcomeStats):
 
 class App(faust.App):
     """A Faust app whose consumer starts never-committed partitions from the
-    beginning after every seek (see `transport`), and whose web server serves runstate's
-    API alone (see `web`)."""
+    beginning after every seek (see `transport`), whose web server serves runstate's
+    API alone (see `web`), and which hands partitions over through `handover`."""
+
+    #: Awaited before partitions leave this worker (a rebalance revoking them, or a
+    #: stop): the flow of records has stopped, their stores are still held (Faust drops
+    #: them next) and the consumer is still a member of the group.
+    handover: Callable[[], Awaitable[None]] | None = None
+
+    async def _consumer_wait_empty(self, consumer: Any, logger: Any) -> None:
+        await super()._consumer_wait_empty(consumer, logger)
+        if self.handover is not None:
+            await self.handover()
 
     def _new_transport(self) -> Transport:
         return Transport(self.conf.broker_consumer, self)
@@ -241,8 +256,7 @@ class FaustWorker:
         app.timer(interval=config.settings.timer_interval_ms / 1000)(self.tick.fire_timers)
         self.idle = asyncio.Event()  # no batch being decided
         self.idle.set()
-        app.on_before_shutdown.connect(self.commit_positions_at_handover)
-        app.on_partitions_revoked.connect(self.commit_positions_at_handover)
+        app.handover = self.commit_positions_at_handover
         app.agent(proposals, name="decide")(self.decide_proposals)
         # The same HTTP API as the native worker's (processor/serving/api.py).
         serve_api(app, self.node)
@@ -290,6 +304,8 @@ class FaustWorker:
         """What to do with this record (see `positions`), from every floor known."""
         positions = self.positions
         partition = message.partition
+        if not self.runs.holds(partition):
+            return Verdict.WAIT  # revoked, or stopping: the next owner's to decide
         if partition not in self.marks_read:  # the local mark, once per partition
             mark = self.runs.partition_read(partition, NEXT_OFFSET_KEY)
             if mark is not None:
@@ -332,13 +348,11 @@ class FaustWorker:
         if offsets and not self.app.rebalancing:
             await self.consumer().commit_positions(offsets)
 
-    async def commit_positions_at_handover(
-        self, sender: Any, /, *_: Any, signal: Any = None, **__: Any
-    ) -> None:
+    async def commit_positions_at_handover(self) -> None:
         """Before partitions leave this worker (a graceful stop, a rebalance taking them),
-        the batch being decided is finished and what was answered since the last periodic
-        commit is committed: the next owner would otherwise decide it again. Faust sends
-        both while the consumer is still a member of the group, its flow stopped."""
+        the batch being decided is finished (written to the stores, which Faust drops
+        next) and what was answered since the last periodic commit is committed: the next
+        owner would otherwise decide it again."""
         # Bounded: a consumer that has already left the group, or whose thread has
         # stopped, must not hold the stop or the rebalance (a worker that hung on its
         # stop was seen in CI). The next owner then answers them again, as after a crash.

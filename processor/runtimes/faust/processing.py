@@ -138,6 +138,10 @@ class Decision:
         """Decide a batch of proposal records (or batches the consumer could not read),
         in order, and deliver their outcomes: every record but the snapshots first, then
         the snapshots, each phase sent at once and awaited whole; then the table."""
+        # Only partitions whose store this worker holds: one revoked, or a worker
+        # stopping (Faust drops the stores first), leaves its records to the next owner,
+        # who decides them against the store restored with every write.
+        messages = [m for m in messages if self.runs.holds(m.partition)]
         if not messages:
             return
         staged = Staged()
@@ -180,9 +184,12 @@ class Decision:
             # Each partition's mark once, in the same write batch as its outcomes.
             for partition, mark in marks.items():
                 writes.put(partition, NEXT_OFFSET_KEY, str(mark).encode())
-            self.runs.write(writes)
+            written = self.runs.write(writes)
+            # A partition dropped while its outcomes travelled is not vouched for: its
+            # next owner decides them again, to the same outcomes.
             for p in prepared:
-                self.delivered(p.message, p.last)
+                if p.message.partition in written:
+                    self.delivered(p.message, p.last)
         finally:
             self.read_fence.close(fenced)
         decisions = [p.decision for p in prepared if p.decision is not None]

@@ -43,6 +43,14 @@ def source_offset_of(headers: Any) -> int | None:
     return None
 
 
+class NotHeld(RuntimeError):
+    """A partition whose store this worker does not hold (revoked, or stopping)."""
+
+    def __init__(self, partition: int) -> None:
+        super().__init__(f"partition {partition}'s store is not held by this worker")
+        self.partition = partition
+
+
 class TableWrites:
     """A batch's writes to the table, in order, by partition (a value of None deletes the
     key): `RunsTable.write` applies each partition's as one RocksDB write batch, so a
@@ -85,9 +93,14 @@ class RunsTable(faust.Table):  # type: ignore[type-arg]
         return None if db is None else db.get(key)
 
     def partition_read(self, partition: int, key: bytes) -> bytes | None:
-        """`key` in the store of a partition being decided, opened if it is not yet
-        (as Faust opens it for its current event's partition)."""
-        value: bytes | None = self.data._db_for_partition(partition).get(key)  # type: ignore[attr-defined]
+        """`key` in the store of a partition this worker holds. Faust opens an active
+        partition's store when it is assigned and drops it when the partition is revoked
+        or the worker stops; it is never opened again here, where a store dropped
+        meanwhile would be read without the writes it was not given since."""
+        db = self._partition_db(partition)
+        if db is None:
+            raise NotHeld(partition)
+        value: bytes | None = db.get(key)
         return value
 
     def partition_put(self, partition: int, key: bytes, value: bytes) -> None:
@@ -96,15 +109,17 @@ class RunsTable(faust.Table):  # type: ignore[type-arg]
             db.put(key, value)
             self.data._key_index[key] = partition  # type: ignore[attr-defined]
 
-    def write(self, writes: TableWrites) -> None:
+    def write(self, writes: TableWrites) -> set[int]:
         """`writes` applied, each partition's in one write batch (a put each was about
-        6 % of the agent's main-thread samples, each its own write to the log). A
-        partition revoked meanwhile is skipped: its new owner restores it from the
-        changelog."""
+        6 % of the agent's main-thread samples, each its own write to the log); returns
+        the partitions written. A partition revoked meanwhile (or a worker stopping) is
+        skipped: its next owner restores it from the changelog."""
+        written: set[int] = set()
         for partition, pairs in writes.by_partition.items():
             db = self._partition_db(partition)
             if db is None:
                 continue
+            written.add(partition)
             batch = WriteBatch(raw_mode=True)
             for key, value in pairs:
                 if value is None:
@@ -112,6 +127,7 @@ class RunsTable(faust.Table):  # type: ignore[type-arg]
                 else:
                     batch.put(key, value)
             db.write(batch)
+        return written
 
     def partition_keys(self, partition: int, prefix: bytes) -> list[bytes]:
         """The partition's keys that start with `prefix`, in order."""
