@@ -4,6 +4,7 @@ import json
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -286,19 +287,27 @@ def _answered_again_once_read(env: Env, ids: list[str]) -> dict[str, int]:
     return {i: counts[i] for i in ids if counts[i] != 1}
 
 
+#: No periodic commit of proposal offsets.
+NEVER_COMMIT = ("--commit-interval-ms", "3600000")
+
+
+def _ending_in_ghosts(seed: int) -> list[dict[str, Any]]:
+    """A workload, then in each partition a proposal refused for a run that does not
+    exist: nothing in the changelog names it, only a committed offset covers it."""
+    return workload(runs=12, proposals=120, seed=seed) + [
+        {"run_id": run_id, "event": "start", "key": "runtime", "proposal_id": f"g-{run_id}"}
+        for run_id in _one_run_per_partition("ghost")
+    ]
+
+
 def test_faust_commits_what_it_answered_when_it_stops(env: Env) -> None:
     """The Faust runtime, stopped gracefully, commits the offsets it answered: a worker
     that comes after it, with an empty state directory, decides none of them again,
     though the periodic commit never ran. The last proposal of each partition is refused
     for a run that does not exist, which leaves nothing in the changelog to learn it
     from: only the committed offset covers it."""
-    never = ("--commit-interval-ms", "3600000")  # no periodic commit of proposal offsets
-    plan = workload(runs=12, proposals=120, seed=33)
-    plan += [
-        {"run_id": run_id, "event": "start", "key": "runtime", "proposal_id": f"g-{run_id}"}
-        for run_id in _one_run_per_partition("ghost")
-    ]
-    first = WorkerProcess(env, env.tmp / "w1", *never, runtime="faust")
+    plan = _ending_in_ghosts(seed=33)
+    first = WorkerProcess(env, env.tmp / "w1", *NEVER_COMMIT, runtime="faust")
     try:
         first.wait_ready(partitions=3)
         send(env, plan)
@@ -307,7 +316,7 @@ def test_faust_commits_what_it_answered_when_it_stops(env: Env) -> None:
         assert first.terminate() == 0, first.log()
     ids = [p["proposal_id"] for p in plan]
     assert all(answered[i] == 1 for i in ids)
-    second = WorkerProcess(env, env.tmp / "w2", *never, runtime="faust")
+    second = WorkerProcess(env, env.tmp / "w2", *NEVER_COMMIT, runtime="faust")
     try:
         second.wait_ready(partitions=3)
         assert _answered_again_once_read(env, ids) == {}
@@ -320,13 +329,8 @@ def test_faust_commits_what_it_answered_when_partitions_move(env: Env) -> None:
     from it: a worker that joins with an empty state directory decides none of them
     again, though the periodic commit never ran (each partition's last proposal is
     refused for a run that does not exist: only the committed offset covers it)."""
-    never = ("--commit-interval-ms", "3600000")  # no periodic commit of proposal offsets
-    plan = workload(runs=12, proposals=120, seed=35)
-    plan += [
-        {"run_id": run_id, "event": "start", "key": "runtime", "proposal_id": f"g-{run_id}"}
-        for run_id in _one_run_per_partition("ghost")
-    ]
-    first = WorkerProcess(env, env.tmp / "w1", *never, runtime="faust")
+    plan = _ending_in_ghosts(seed=35)
+    first = WorkerProcess(env, env.tmp / "w1", *NEVER_COMMIT, runtime="faust")
     second: WorkerProcess | None = None
     try:
         first.wait_ready(partitions=3)
@@ -334,7 +338,7 @@ def test_faust_commits_what_it_answered_when_partitions_move(env: Env) -> None:
         answered = wait_for_outcomes(env, plan).outcome_counts()
         ids = [p["proposal_id"] for p in plan]
         assert all(answered[i] == 1 for i in ids)
-        second = WorkerProcess(env, env.tmp / "w2", *never, runtime="faust")
+        second = WorkerProcess(env, env.tmp / "w2", *NEVER_COMMIT, runtime="faust")
         _wait_owning_some(second)
         assert _answered_again_once_read(env, ids) == {}
     finally:
@@ -350,9 +354,8 @@ def test_faust_answered_proposals_stay_answered_when_a_restart_recovers_nothing(
     every changelog record (applied by its earlier process's recovery, so this recovery
     reads nothing) decides none of the answered proposals again, though no proposal
     offset was ever committed: its local mark learned them as they were applied."""
-    never = ("--commit-interval-ms", "3600000")  # no proposal offset is ever committed
     plan = workload(runs=30, proposals=300, seed=21)
-    first = WorkerProcess(env, env.tmp / "w1", *never, runtime="faust")
+    first = WorkerProcess(env, env.tmp / "w1", *NEVER_COMMIT, runtime="faust")
     try:
         first.wait_ready(partitions=3)
         send(env, plan)
@@ -362,13 +365,13 @@ def test_faust_answered_proposals_stay_answered_when_a_restart_recovers_nothing(
     ids = [p["proposal_id"] for p in plan]
     assert all(answered[i] == 1 for i in ids)
     # A second worker recovers every partition from the changelog, then dies...
-    second = WorkerProcess(env, env.tmp / "w2", *never, runtime="faust")
+    second = WorkerProcess(env, env.tmp / "w2", *NEVER_COMMIT, runtime="faust")
     try:
         second.wait_ready(partitions=3)
     finally:
         second.kill()
     # ...and comes back on its state directory: nothing left to recover.
-    again = WorkerProcess(env, env.tmp / "w2", *never, runtime="faust")
+    again = WorkerProcess(env, env.tmp / "w2", *NEVER_COMMIT, runtime="faust")
     try:
         again.wait_ready(partitions=3)
         assert _answered_again_once_read(env, ids) == {}
