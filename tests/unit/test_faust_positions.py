@@ -84,3 +84,31 @@ def test_a_batch_given_up_is_decided_again() -> None:
         positions.take(0, offset)
     positions.release()  # its delivery failed: nothing was delivered
     assert positions.classify(0, 10, generation=1) is Verdict.DECIDE
+
+
+def test_the_offsets_committed_never_fall_below_the_partitions_start() -> None:
+    """A partition that moved away and came back: another worker raised its committed
+    offset meanwhile, and the agent's own `next` is older. What the agent commits is
+    never below where the partition started at its latest assignment."""
+    from types import SimpleNamespace
+
+    from faust.types import TP
+
+    from processor.runtimes.faust.app import FaustWorker
+
+    came_back, stayed = TP("t.proposals", 0), TP("t.proposals", 1)
+    positions = Positions()
+    positions.learn(0, 10)  # answered before it moved away
+    positions.learn(1, 30)
+    consumer = SimpleNamespace(floors={came_back: 25, stayed: 20})
+    worker = SimpleNamespace(
+        positions=positions,
+        topics=SimpleNamespace(proposals="t.proposals"),
+        consumer=lambda: consumer,
+        app=SimpleNamespace(
+            assignor=SimpleNamespace(
+                assigned_actives=lambda: {came_back, stayed, TP("t.runs-changelog", 0)}
+            )
+        ),
+    )
+    assert FaustWorker.answered_offsets(worker) == {came_back: 25, stayed: 30}  # type: ignore[arg-type]

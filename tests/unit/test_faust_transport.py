@@ -10,7 +10,7 @@ import pytest
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
-from processor.runtimes.faust.transport import READ_RETRY_S, Consumer
+from processor.runtimes.faust.transport import FAILED_FETCH_SHOWN_S, Consumer
 
 PARTITION = TP("t.proposals", 0)
 
@@ -25,6 +25,7 @@ class ThreadOfItsOwn:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         self.seeks: list[tuple[TP, int, int]] = []
+        self.assigned = {PARTITION}
 
     async def call_thread(self, fun: Callable[..., Awaitable[Any]], *args: Any) -> Any:
         done = asyncio.run_coroutine_threadsafe(fun(*args), self.loop)
@@ -32,6 +33,9 @@ class ThreadOfItsOwn:
 
     def seek(self, partition: TP, offset: int) -> None:
         self.seeks.append((partition, offset, threading.get_ident()))
+
+    def assignment(self) -> set[TP]:
+        return self.assigned
 
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -60,16 +64,31 @@ def test_every_seek_runs_on_the_consumer_thread(consumer_thread: ThreadOfItsOwn)
     assert consumer_thread.seeks == [(PARTITION, 42, consumer_thread.thread.ident)]
 
 
+def test_a_seek_of_a_partition_no_longer_assigned_is_left_alone(
+    consumer_thread: ThreadOfItsOwn,
+) -> None:
+    """A rebalance between the ask and the consumer thread's turn: aiokafka would raise
+    for a partition it no longer has; its next owner starts it instead."""
+    consumer = bare_consumer(consumer_thread)
+    consumer_thread.assigned = set()
+    asyncio.run(consumer._seek(PARTITION, 42))
+    assert consumer_thread.seeks == []
+
+
 class Fetcher:
     def __init__(self) -> None:
         self.should_stop = False
 
 
 def draining(
-    monkeypatch: pytest.MonkeyPatch, failures: list[BaseException]
+    monkeypatch: pytest.MonkeyPatch,
+    failures: list[BaseException],
+    refetch_failures: list[BaseException] | None = None,
 ) -> tuple[Consumer, list[str]]:
-    """A consumer whose Faust fetch loop raises each of `failures` in turn, then returns."""
+    """A consumer whose Faust fetch loop raises each of `failures` in turn, then returns
+    (and whose refetch raises each of `refetch_failures` in turn)."""
     calls: list[str] = []
+    refetch_failures = refetch_failures or []
 
     async def faust_drain(self: Consumer, fetcher: Fetcher) -> None:
         calls.append("drain")
@@ -78,14 +97,14 @@ def draining(
 
     async def refetch() -> None:
         calls.append("refetch")
-
-    async def no_wait(_: float) -> None:
-        calls.append("wait")
+        if refetch_failures:
+            raise refetch_failures.pop(0)
 
     monkeypatch.setattr(faust_aiokafka.Consumer, "_drain_messages", faust_drain)
-    monkeypatch.setattr("processor.runtimes.faust.transport.asyncio.sleep", no_wait)
+    monkeypatch.setattr("processor.runtimes.faust.transport.READ_RETRY_S", 0.0)
     consumer = bare_consumer()
     consumer.refetch = refetch
+    consumer.failed_fetch = None
     monkeypatch.setattr(Consumer, "should_stop", False, raising=False)
     return consumer, calls
 
@@ -93,10 +112,18 @@ def draining(
 def test_a_failed_fetch_fetches_again_from_the_answered_offsets(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    consumer, calls = draining(monkeypatch, [KeyError(PARTITION), RuntimeError("gone")])
+    consumer, calls = draining(
+        monkeypatch, [KeyError(PARTITION), RuntimeError("gone")], [RuntimeError("moved")]
+    )
+    assert consumer.fetch_trouble() is None
     asyncio.run(consumer._drain_messages(Fetcher()))
-    assert calls == ["drain", "wait", "refetch", "drain", "wait", "refetch", "drain"]
-    assert READ_RETRY_S > 0
+    # the refetch that failed is tried again, then the fetch loop
+    assert calls == ["drain", "refetch", "refetch", "drain", "refetch", "drain"]
+    trouble = consumer.fetch_trouble()
+    assert trouble is not None and "RuntimeError('gone')" in trouble  # the latest
+    assert consumer.failed_fetch is not None
+    consumer.failed_fetch = (consumer.failed_fetch[0] - FAILED_FETCH_SHOWN_S, "old")
+    assert consumer.fetch_trouble() is None
 
 
 def test_a_stop_is_not_fetched_through(monkeypatch: pytest.MonkeyPatch) -> None:

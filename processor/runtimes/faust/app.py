@@ -335,9 +335,12 @@ class FaustWorker:
                 await self.consumer().seek(tp, self.positions.next[partition])
 
     def answered_offsets(self) -> dict[TP, int]:
-        """Per owned proposals partition, the offset the agent vouches for."""
+        """Per owned proposals partition, the offset the agent vouches for: never below
+        where the partition started at its latest assignment (the group's committed
+        offset then), which another worker may have raised while it was away."""
+        floors = self.consumer().floors
         return {
-            tp: self.positions.next[tp.partition]
+            tp: max(self.positions.next[tp.partition], floors.get(tp, 0))
             for tp in self.app.assignor.assigned_actives()
             if tp.topic == self.topics.proposals and self.positions.known(tp.partition)
         }

@@ -38,6 +38,7 @@ from processor.runtimes.faust.snapshots import DecodedSnapshots
 from processor.runtimes.faust.table import (
     NEXT_OFFSET_KEY,
     SOURCE_OFFSET_HEADER,
+    NotHeld,
     RunsTable,
     TableWrites,
     proposal_key,
@@ -272,6 +273,8 @@ class Decision:
                         outcome,
                         began_ns,
                     )
+        except NotHeld:  # not this worker's to answer (`decide` filters them out first)
+            raise
         except Exception as exc:  # a bug must not stall the partition
             log.exception("deciding %s@%s failed", message.partition, message.offset)
             outcome = DeadLetterReason(f"internal error while deciding: {exc!r}")

@@ -25,6 +25,7 @@
 
 import asyncio
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -40,6 +41,9 @@ log = logging.getLogger("runstate.faust")
 # What aiokafka raises for bytes it cannot turn into records.
 READ_ERRORS = (aiokafka_errors.CorruptRecordException, aiokafka_errors.UnsupportedCodecError)
 READ_RETRY_S = 1.0
+#: How long /readyz shows a failed fetch (fetching fails again each READ_RETRY_S while
+#: the cause lasts, so a lasting one keeps the worker not ready).
+FAILED_FETCH_SHOWN_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -209,6 +213,7 @@ class Consumer(faust_aiokafka.Consumer):
         guard_reads(self.agent_owned)
         # seeks the agent's partitions back to what it vouches for, after a failed fetch
         self.refetch: Callable[[], Awaitable[None]] | None = None
+        self.failed_fetch: tuple[float, str] | None = None  # (monotonic time, reason)
 
     def _new_consumer_thread(self) -> faust_aiokafka.AIOKafkaConsumerThread:
         return ConsumerThread(self, loop=self.loop, beacon=self.beacon)
@@ -217,26 +222,43 @@ class Consumer(faust_aiokafka.Consumer):
         await self._thread.call_thread(self._seek_now, partition, offset)
 
     async def _seek_now(self, partition: TP, offset: int) -> None:
-        self._thread.seek(partition, offset)
+        """On the consumer's thread: a partition no longer assigned (a rebalance came
+        between the ask and now) is left alone; its next owner starts it."""
+        if partition in self._thread.assignment():
+            self._thread.seek(partition, offset)
 
     async def _drain_messages(self, fetcher: Any) -> None:
-        """Faust's fetch loop, started again after a failure that is not a stop."""
+        """Faust's fetch loop, started again after a failure that is not a stop (every
+        failure is logged, and the latest shows on /readyz for `FAILED_FETCH_SHOWN_S`)."""
+        refetching = False
         while True:
             try:
+                if refetching and self.refetch is not None:
+                    await self.refetch()
                 return await super()._drain_messages(fetcher)
             except self.consumer_stopped_errors:
                 raise
             except Exception as exc:
                 if fetcher.should_stop or self.should_stop:
                     raise
+                self.failed_fetch = (time.monotonic(), repr(exc))
                 log.error(
                     "fetching failed (%r); fetching again in %.0f s from the answered offsets",
                     exc,
                     READ_RETRY_S,
                 )
             await asyncio.sleep(READ_RETRY_S)
-            if self.refetch is not None:
-                await self.refetch()
+            refetching = True
+
+    def fetch_trouble(self) -> str | None:
+        """What /readyz says while fetching fails: the latest failure, if recent."""
+        if self.failed_fetch is None:
+            return None
+        at, reason = self.failed_fetch
+        ago = time.monotonic() - at
+        if ago >= FAILED_FETCH_SHOWN_S:
+            return None
+        return f"fetching failed {ago:.0f} s ago ({reason}); fetching again"
 
     async def commit_positions(self, offsets: Mapping[TP, int]) -> bool:
         """Commit these offsets (those of partitions no longer assigned are left out)."""

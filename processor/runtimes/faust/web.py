@@ -16,7 +16,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import faust
 from faust.web import Request, Response, View
@@ -30,6 +30,7 @@ from processor.runtimes.faust.history import run_history
 from processor.runtimes.faust.observe import Entered, StateIndex
 from processor.runtimes.faust.table import RunsTable
 from processor.runtimes.faust.timers import DueIndex
+from processor.runtimes.faust.transport import Consumer
 from processor.runtimes.settings import WorkerConfig
 from processor.serving import api, peers
 from processor.serving.read_fence import ReadFence
@@ -180,6 +181,9 @@ class FaustNode:
         if app.rebalancing_count == 0:
             return ["not yet given its partitions by the group"]
         waiting = []
+        trouble = cast(Consumer, app.consumer).fetch_trouble()
+        if trouble is not None:
+            waiting.append(trouble)
         if app.rebalancing:
             waiting.append("rebalancing")
         if app.in_recovery:
