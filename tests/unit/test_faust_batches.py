@@ -361,3 +361,22 @@ def test_the_table_never_opens_a_dropped_store_again() -> None:
     writes.put(1, b"a", b"1")
     assert table.write(writes) == {1}
     assert 0 not in store._dbs
+
+
+def test_a_run_is_not_read_from_a_store_not_held() -> None:
+    """The HTTP API does not answer "no such run" for a partition it owns but whose store
+    is not held (not opened yet, or dropped by a stop): it is not answered from here."""
+    from types import SimpleNamespace
+
+    from processor.runtimes.faust.web import FaustNode
+
+    def node(held: bool) -> Any:
+        runs = SimpleNamespace(
+            holds=lambda partition: held,
+            partition_get=lambda partition, key: None,
+        )
+        return SimpleNamespace(_on_loop=lambda read: read(), _owned_now=lambda: [1], runs=runs)
+
+    assert FaustNode.run(node(held=False), "r", 1, history=False) is None
+    found = FaustNode.run(node(held=True), "r", 1, history=False)
+    assert found is not None and found.snapshot is None  # owned, held: no such run

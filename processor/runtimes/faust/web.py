@@ -127,8 +127,9 @@ class FaustNode:
 
     def run(self, run_id: str, partition: int, *, history: bool) -> api.RunRecord | None:
         def snapshot() -> tuple[bool, RunSnapshot | None]:
-            """(owned here, the run's snapshot)."""
-            if partition not in self._owned_now():
+            """(owned here, the run's snapshot); a partition whose store is not held
+            (not opened yet, or dropped by a stop) is not answered from here."""
+            if partition not in self._owned_now() or not self.runs.holds(partition):
                 return False, None
             raw = self.runs.partition_get(partition, run_id.encode())
             return True, None if raw is None else RunSnapshot.model_validate_json(raw)
