@@ -357,8 +357,8 @@ class FaustWorker:
         next) and what was answered since the last periodic commit is committed: the next
         owner would otherwise decide it again."""
         # Bounded: a consumer that has already left the group, or whose thread has
-        # stopped, must not hold the stop or the rebalance (a worker that hung on its
-        # stop was seen in CI). The next owner then answers them again, as after a crash.
+        # stopped, must not hold the stop or the rebalance. The next owner then answers
+        # them again, as after a crash.
         try:
             await asyncio.wait_for(self._commit_when_idle(), HANDOVER_COMMIT_S)
         except Exception as exc:

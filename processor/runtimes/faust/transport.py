@@ -3,13 +3,14 @@
 - Every seek runs on the consumer's own thread. aiokafka's consumer is not thread-safe:
   a seek drops the partition's fetched records and wakes the fetch routine, state the
   consumer thread reads and writes without a lock (Faust seeks from the app's thread,
-  and a fetch racing such a seek failed with a KeyError that stopped Faust's fetcher).
+  and a fetch racing such a seek fails with a KeyError that ends Faust's fetcher).
 - Seeking "to the committed offsets" also seeks partitions that never committed one,
   to their beginning (aiokafka leaves them wherever the fetcher got to), and records
   each partition's start as a floor for the agent (`positions`).
 - A fetch that fails other than by a stop does not leave the worker up and silent
-  (Faust's fetcher would end, and nothing would be read again): it is logged, and
-  fetching starts again from the offsets the agent vouches for (`refetch`).
+  (Faust's fetcher would end, and nothing would be read again): it is logged, shown
+  on /readyz, and fetching starts again from the offsets the agent vouches for
+  (`refetch`).
 - Faust's read offsets are not kept for those topics (`ReadOffsets`).
 - `commit_positions` commits the offsets the agent vouches for; Faust's own
   acknowledgements are off for the proposals topic because Faust acknowledges records
