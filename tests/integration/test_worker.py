@@ -18,6 +18,7 @@ from tests.integration.harness import (
     WorkerProcess,
     assert_guarantee,
     assert_serves_changelog,
+    eventually,
     make_env,
     published,
     send,
@@ -268,12 +269,22 @@ def _one_run_per_partition(prefix: str, partitions: int = 3) -> list[str]:
     return [found[p] for p in range(partitions)]
 
 
-def _wait_owning_some(worker: WorkerProcess, timeout: float = 90.0) -> None:
-    """Until `worker` owns a partition (a rebalance gave it some)."""
-    deadline = time.monotonic() + timeout
-    while not (worker.health() or {}).get("partitions"):
-        assert time.monotonic() < deadline, f"no partition within {timeout:.0f}s:\n{worker.log()}"
-        time.sleep(0.2)
+def _answered_once_by_a_first_worker(
+    env: Env, plan: list[dict[str, Any]]
+) -> tuple[WorkerProcess, list[str]]:
+    """A Faust worker (periodic commit off) that answered every proposal of `plan`
+    exactly once, still running; and the plan's proposal ids."""
+    first = WorkerProcess(env, env.tmp / "w1", *NEVER_COMMIT, runtime="faust")
+    try:
+        first.wait_ready(partitions=3)
+        send(env, plan)
+        answered = wait_for_outcomes(env, plan).outcome_counts()
+        ids = [p["proposal_id"] for p in plan]
+        assert all(answered[i] == 1 for i in ids)
+    except BaseException:
+        first.kill()
+        raise
+    return first, ids
 
 
 def _answered_again_once_read(env: Env, ids: list[str]) -> dict[str, int]:
@@ -306,16 +317,8 @@ def test_faust_commits_what_it_answered_when_it_stops(env: Env) -> None:
     though the periodic commit never ran. The last proposal of each partition is refused
     for a run that does not exist, which leaves nothing in the changelog to learn it
     from: only the committed offset covers it."""
-    plan = _ending_in_ghosts(seed=33)
-    first = WorkerProcess(env, env.tmp / "w1", *NEVER_COMMIT, runtime="faust")
-    try:
-        first.wait_ready(partitions=3)
-        send(env, plan)
-        answered = wait_for_outcomes(env, plan).outcome_counts()
-    finally:
-        assert first.terminate() == 0, first.log()
-    ids = [p["proposal_id"] for p in plan]
-    assert all(answered[i] == 1 for i in ids)
+    first, ids = _answered_once_by_a_first_worker(env, _ending_in_ghosts(seed=33))
+    assert first.terminate() == 0, first.log()
     second = WorkerProcess(env, env.tmp / "w2", *NEVER_COMMIT, runtime="faust")
     try:
         second.wait_ready(partitions=3)
@@ -329,17 +332,16 @@ def test_faust_commits_what_it_answered_when_partitions_move(env: Env) -> None:
     from it: a worker that joins with an empty state directory decides none of them
     again, though the periodic commit never ran (each partition's last proposal is
     refused for a run that does not exist: only the committed offset covers it)."""
-    plan = _ending_in_ghosts(seed=35)
-    first = WorkerProcess(env, env.tmp / "w1", *NEVER_COMMIT, runtime="faust")
+    first, ids = _answered_once_by_a_first_worker(env, _ending_in_ghosts(seed=35))
     second: WorkerProcess | None = None
     try:
-        first.wait_ready(partitions=3)
-        send(env, plan)
-        answered = wait_for_outcomes(env, plan).outcome_counts()
-        ids = [p["proposal_id"] for p in plan]
-        assert all(answered[i] == 1 for i in ids)
         second = WorkerProcess(env, env.tmp / "w2", *NEVER_COMMIT, runtime="faust")
-        _wait_owning_some(second)
+        joined = second
+        eventually(
+            "the joining worker owning a partition",
+            lambda: (joined.health() or {}).get("partitions") or None,
+            timeout=90.0,
+        )
         assert _answered_again_once_read(env, ids) == {}
     finally:
         assert first.terminate() == 0, first.log()
@@ -354,16 +356,8 @@ def test_faust_answered_proposals_stay_answered_when_a_restart_recovers_nothing(
     every changelog record (applied by its earlier process's recovery, so this recovery
     reads nothing) decides none of the answered proposals again, though no proposal
     offset was ever committed: its local mark learned them as they were applied."""
-    plan = workload(runs=30, proposals=300, seed=21)
-    first = WorkerProcess(env, env.tmp / "w1", *NEVER_COMMIT, runtime="faust")
-    try:
-        first.wait_ready(partitions=3)
-        send(env, plan)
-        answered = wait_for_outcomes(env, plan).outcome_counts()
-    finally:
-        first.kill()
-    ids = [p["proposal_id"] for p in plan]
-    assert all(answered[i] == 1 for i in ids)
+    first, ids = _answered_once_by_a_first_worker(env, workload(runs=30, proposals=300, seed=21))
+    first.kill()
     # A second worker recovers every partition from the changelog, then dies...
     second = WorkerProcess(env, env.tmp / "w2", *NEVER_COMMIT, runtime="faust")
     try:
