@@ -375,3 +375,107 @@ def test_a_rewind_that_cannot_be_made_is_a_broken_client_and_no_partition_resume
     assert worker.stores.owned() == []
     for store in owned.values():
         store.close()  # closing again does nothing
+
+
+class _FetchStarting(_Rewinding):
+    """The consumer of a fresh assignment: a partition's seek is refused (_STATE) until its
+    fetch has started, after `refusals[p]` seeks (None: never, a start dropped for good)."""
+
+    def __init__(self, refusals: dict[int, int | None]) -> None:
+        super().__init__()
+        self.refusals = refusals
+        self.calls: list[tuple[str, list[int]]] = []
+
+    def seek(self, tp: TopicPartition) -> None:
+        left = self.refusals.get(tp.partition, 0)
+        if left is None or left > 0:
+            if left is not None:
+                self.refusals[tp.partition] = left - 1
+            raise KafkaException(KafkaError(KafkaError._STATE, "Local: Erroneous state"))
+        super().seek(tp)
+
+    def resume(self, partitions: list[TopicPartition]) -> None:
+        super().resume(partitions)
+        self.calls.append(("resume", [tp.partition for tp in partitions]))
+
+    def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
+        self.calls.append(("unassign", [tp.partition for tp in partitions]))
+
+    def incremental_assign(self, partitions: list[TopicPartition]) -> None:
+        self.calls.append(("assign", [tp.partition for tp in partitions]))
+        for tp in partitions:  # a fresh start of its fetch
+            self.refusals[tp.partition] = 0
+
+    def pause(self, partitions: list[object]) -> None:
+        super().pause(partitions)
+        self.calls.append(("pause", [tp.partition for tp in partitions]))  # type: ignore[attr-defined]
+
+
+def _restored(worker: Worker, partitions: tuple[int, ...]) -> dict[int, object]:
+    """The worker's stores of `partitions` handed to a restore that is done."""
+    owned = worker.stores.take(list(partitions))
+
+    class _Done:
+        done, error, applied, stores = True, None, 0, owned
+
+    worker.assignment.restores.append(_Done())  # type: ignore[arg-type]
+    return owned  # type: ignore[return-value]
+
+
+def test_a_restored_partition_resumes_only_once_the_consumer_fetches_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """librdkafka drops a partition's fetch start that a resume overtakes, and the
+    partition is then never fetched: a restored partition stays paused, its store owned
+    but not ready, until its seek to the committed offset is taken; then it resumes from
+    there. The others do not wait for it."""
+    from processor.runtimes.native import assignment as module
+
+    monkeypatch.setattr(module, "FETCH_START_RETRY_S", 0.0)
+    worker = _worker_owning(tmp_path, monkeypatch)
+    _restored(worker, (0, 2))
+    consumer = _FetchStarting({0: 2})
+    assignment = worker.assignment
+    assignment.finish_restores(consumer)  # type: ignore[arg-type]
+    assert consumer.calls == [("resume", [2])] and consumer.sought == {2: 40}
+    assert worker.stores.owned() == [0, 2] and worker.restoring == [0]  # (/readyz)
+    assignment.finish_restores(consumer)  # type: ignore[arg-type]
+    assert consumer.calls == [("resume", [2])]
+    assignment.finish_restores(consumer)  # type: ignore[arg-type]
+    assert consumer.calls == [("resume", [2]), ("resume", [0])]
+    assert consumer.sought == {0: 40, 2: 40} and assignment.restoring == []
+    worker.stores.close()
+
+
+def test_a_partition_whose_fetch_never_starts_is_assigned_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fetch start dropped for good leaves the seek refused forever: after
+    FETCH_START_PATIENCE_S the partition is unassigned and assigned again, paused, and
+    resumed once that fetch has started. Going before then drops the wait."""
+    from processor.runtimes.native import assignment as module
+
+    monkeypatch.setattr(module, "FETCH_START_RETRY_S", 0.0)
+    worker = _worker_owning(tmp_path, monkeypatch)
+    _restored(worker, (0, 2))
+    consumer = _FetchStarting({0: None})
+    assignment = worker.assignment
+    assignment.finish_restores(consumer)  # type: ignore[arg-type]
+    assignment.finish_restores(consumer)  # type: ignore[arg-type]
+    assert consumer.calls == [("resume", [2])]
+    monkeypatch.setattr(module, "FETCH_START_PATIENCE_S", 0.0)
+    assignment.finish_restores(consumer)  # type: ignore[arg-type]
+    assert consumer.calls[1:] == [("unassign", [0]), ("assign", [0]), ("pause", [0])]
+    assert assignment.restoring == [0]
+    assignment.finish_restores(consumer)  # type: ignore[arg-type]
+    assert consumer.calls[-1] == ("resume", [0]) and assignment.restoring == []
+    worker.stores.close()
+
+    worker = _worker_owning(tmp_path / "again", monkeypatch)
+    _restored(worker, (0,))
+    worker.assignment.finish_restores(_FetchStarting({0: None}))  # type: ignore[arg-type]
+    assert worker.assignment.restoring == [0]
+    with worker.assignment.letting_go([TopicPartition("t.proposals", 0)]):
+        pass
+    assert worker.assignment.restoring == [] and worker.assignment.starting == {}
+    worker.stores.close()

@@ -1,8 +1,16 @@
 """Which partitions the native worker owns, as the group hands them out: their stores
 restored beside the loop before they are resumed, let go on a revoke (after a commit)
-or a loss (after an abort), and how far behind each owned one is."""
+or a loss (after an abort), and how far behind each owned one is.
+
+A restored partition is resumed only once the consumer fetches it (its seek to the
+committed offset is taken). librdkafka stamps each partition operation with a version
+taken before it is queued, and drops one that reaches the partition after a newer
+one: a resume that races the assignment's own start of the fetch can get the start
+dropped, and the partition is then never fetched, silently (seen once: one partition
+of three never read after a fresh assignment whose restore took 40 ms)."""
 
 import logging
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Protocol
@@ -21,6 +29,12 @@ from processor.runtimes.settings import WorkerConfig
 from schemas.messages import RunSnapshot
 
 log = logging.getLogger("runstate.worker")
+
+#: How often a restored partition whose fetch has not started is looked at again.
+FETCH_START_RETRY_S = 0.05
+#: How long a restored partition may wait for its fetch to start before it is assigned
+#: again (a start dropped for good: see above).
+FETCH_START_PATIENCE_S = 10.0
 
 
 class Restored(Protocol):
@@ -50,6 +64,10 @@ class Assignment:
         self.metrics = metrics
         self.counts = counts
         self.restores: list[RestoreJob] = []
+        #: Restored partitions, still paused until the consumer fetches them: partition
+        #: -> since when (monotonic).
+        self.starting: dict[int, float] = {}
+        self._next_start_try = 0.0
         self.assigned = False  # has had an assignment (possibly empty) from the group
         self.lag: dict[int, int] = {}
 
@@ -61,7 +79,9 @@ class Assignment:
 
     @property
     def restoring(self) -> list[int]:
-        return sorted(p for job in self.restores for p in job.stores)
+        """Partitions not yet answered from: their stores restoring, or restored and
+        waiting for the consumer to fetch them."""
+        return sorted([p for job in self.restores for p in job.stores] + list(self.starting))
 
     # -- the group's callbacks -------------------------------------------------
     def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -120,13 +140,15 @@ class Assignment:
         self.stores.drop(partitions)
         for p in partitions:
             self.lag.pop(p, None)
+            self.starting.pop(p, None)
         if partitions:
             log.info("released partitions %s (now %s)", sorted(partitions), self.stores.owned())
 
     # -- restores --------------------------------------------------------------
     def finish_restores(self, consumer: Consumer) -> None:
-        """Partitions whose restore is done join the owned ones and are resumed, from
-        their committed offsets (anything fetched before the pause was not decided)."""
+        """Partitions whose restore is done join the owned ones, and are resumed from
+        their committed offsets (anything fetched before the pause was not decided) once
+        the consumer fetches them."""
         for job in [j for j in self.restores if j.done]:
             if job.error is not None:
                 raise job.error
@@ -136,12 +158,60 @@ class Assignment:
             # After its stores are owned (no gap for /readyz), before anything that can
             # raise: a job left listed had its stores closed twice when the partitions went.
             self.restores.remove(job)
-            partitions = sorted(job.stores)
-            rewind(consumer, self.topics.proposals, partitions)
-            consumer.resume([TopicPartition(self.topics.proposals, p) for p in partitions])
-            log.info("restored partitions %s (now %s)", partitions, self.stores.owned())
-        if not self.restores:
+            now = time.monotonic()
+            self.starting.update(dict.fromkeys(job.stores, now))
+            self._next_start_try = 0.0
+        if self.starting:
+            self._resume_fetched(consumer)
+        if not self.restores and not self.starting:
             self.metrics.restoring.set(0)
+
+    def _resume_fetched(self, consumer: Consumer) -> None:
+        """Resume the restored partitions whose seek to the committed offset is taken (the
+        consumer fetches them); the others wait, and are assigned again if their fetch
+        has not started after FETCH_START_PATIENCE_S."""
+        now = time.monotonic()
+        if now < self._next_start_try:
+            return
+        self._next_start_try = now + FETCH_START_RETRY_S
+        waiting = set(rewind(consumer, self.topics.proposals, sorted(self.starting)))
+        fetched = sorted(p for p in self.starting if p not in waiting)
+        if fetched:
+            consumer.resume([TopicPartition(self.topics.proposals, p) for p in fetched])
+            for p in fetched:
+                del self.starting[p]
+            log.info("restored partitions %s (now %s)", fetched, self.stores.owned())
+        stuck = sorted(p for p in waiting if now - self.starting[p] >= FETCH_START_PATIENCE_S)
+        if stuck:
+            self._assign_again(consumer, stuck)
+
+    def _assign_again(self, consumer: Consumer, partitions: list[int]) -> None:
+        """Partitions restored, but whose fetch has not started for FETCH_START_PATIENCE_S:
+        unassigned and assigned again (paused), which starts their fetch anew. An eager
+        (static) member cannot change one partition of its assignment: it says so."""
+        waited = time.monotonic() - min(self.starting[p] for p in partitions)
+        if self.config.settings.static_membership:
+            log.warning(
+                "partitions %s: restored, but the consumer has not fetched them for %.0f s; "
+                "they stay paused (restart the worker if this lasts)",
+                partitions,
+                waited,
+            )
+            for p in partitions:
+                self.starting[p] = time.monotonic()  # said again after as long
+            return
+        log.warning(
+            "partitions %s: restored, but the consumer has not fetched them for %.0f s; "
+            "assigning them again",
+            partitions,
+            waited,
+        )
+        tps = [TopicPartition(self.topics.proposals, p) for p in partitions]
+        consumer.incremental_unassign(tps)
+        consumer.incremental_assign(tps)
+        consumer.pause(tps)
+        for p in partitions:
+            self.starting[p] = time.monotonic()
 
     def cancel_restores(self, partitions: list[int] | None = None) -> None:
         """Stop restoring `partitions` (all: None) and close their stores."""
@@ -163,6 +233,8 @@ class Assignment:
         lack) before their partitions resume from the committed offsets: after the
         producer was replaced, the commit in flight may have gone through or not."""
         owned = self.stores.owned()
+        for p in owned:
+            self.starting.pop(p, None)  # resumed after the catch-up, like any restore
         if owned:
             consumer.pause([TopicPartition(self.topics.proposals, p) for p in owned])
             self.restores.append(

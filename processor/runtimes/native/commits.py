@@ -281,14 +281,17 @@ class Counts(Protocol):
     aborts: int
 
 
-def rewind(consumer: Consumer, topic: str, partitions: list[int]) -> None:
+def rewind(consumer: Consumer, topic: str, partitions: list[int]) -> list[int]:
     """Seek `partitions` back to their committed offsets (what an aborted transaction
     consumed is decided again). Asking for them waits out a moving group coordinator
     (NOT_COORDINATOR, seen when a broker is killed or paused); when it does not come
     back, ClientBroken: going on from where the consumer stands would skip what the
-    abort undid, so the partitions wait for a new producer's catch-up instead."""
+    abort undid, so the partitions wait for a new producer's catch-up instead.
+
+    Returns the partitions the consumer is not fetching yet (their seek was refused,
+    _STATE: the committed offset applies when their fetch starts)."""
     if not partitions:
-        return
+        return []
     wanted = [TopicPartition(topic, p) for p in partitions]
     deadline = time.monotonic() + REWIND_PATIENCE_S
     while True:
@@ -309,9 +312,12 @@ def rewind(consumer: Consumer, topic: str, partitions: list[int]) -> None:
             )
         log.warning("reading the committed offsets of %s: %s; again", partitions, problem)
         time.sleep(0.5)
+    not_fetching = []
     for tp in committed:
         offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
         try:
             consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
         except KafkaException as exc:  # not yet fetching: the committed offset applies
             log.debug("seek %s: %s", tp, exc)
+            not_fetching.append(tp.partition)
+    return not_fetching
