@@ -155,6 +155,13 @@ class WorkerProcess(ProductWorkerProcess):
         data = self.get(self.run_path(run_id))
         return None if data is None else RunSnapshot.model_validate_json(json.dumps(data))
 
+    def stop_cleanly(self) -> None:
+        """SIGTERM: the worker exits 0, and nothing on its way out logged a traceback (a
+        task that ended by an exception at a graceful stop is a defect too)."""
+        assert self.terminate() == 0, self.log()
+        log = self.log_path.read_text(errors="replace")
+        assert "Traceback" not in log, log[max(0, log.index("Traceback") - 2000) :][:6000]
+
 
 # -- workload -----------------------------------------------------------------
 KEYS = ["runtime", "tool", "approver", "model"]

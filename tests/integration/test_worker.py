@@ -94,7 +94,7 @@ def test_worker_stopped_mid_stream_loses_and_repeats_nothing(
             break
         time.sleep(0.05)
     if how == "sigterm":
-        assert worker.terminate() == 0, worker.log()
+        worker.stop_cleanly()
     else:
         worker.kill()
     partial = published(env)
@@ -318,7 +318,7 @@ def test_faust_commits_what_it_answered_when_it_stops(env: Env) -> None:
     for a run that does not exist, which leaves nothing in the changelog to learn it
     from: only the committed offset covers it."""
     first, ids = _answered_once_by_a_first_worker(env, _ending_in_ghosts(seed=33))
-    assert first.terminate() == 0, first.log()
+    first.stop_cleanly()
     second = WorkerProcess(env, env.tmp / "w2", *NEVER_COMMIT, runtime="faust")
     try:
         second.wait_ready(partitions=3)

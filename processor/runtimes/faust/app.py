@@ -276,9 +276,14 @@ class FaustWorker:
         channel = aiter(stream.channel)  # registered with Faust's conductor: subscribed
         queue = channel.queue
         while True:
-            events = [await channel.get()]
-            while len(events) < DECIDE_BATCH and not queue.empty():
-                events.append(queue.get_nowait())  # (raises what was thrown to it)
+            try:
+                events = [await channel.get()]
+                while len(events) < DECIDE_BATCH and not queue.empty():
+                    events.append(queue.get_nowait())  # (raises what was thrown to it)
+            except StopAsyncIteration:
+                # Faust ends an agent's iteration so when it stops the agent. What was
+                # taken is not answered: its offsets are not committed, it comes again.
+                return
             self.idle.clear()
             try:
                 await self.decide_events(events)
