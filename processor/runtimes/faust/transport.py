@@ -12,6 +12,8 @@
   on /readyz, and fetching starts again from the offsets the agent vouches for
   (`refetch`).
 - Faust's read offsets are not kept for those topics (`ReadOffsets`).
+- The fetch loop hands each record to the conductor on its own task, and makes a task
+  of the delivery only when it waits (`inline.py`), where Faust's made one of each.
 - `commit_positions` commits the offsets the agent vouches for; Faust's own
   acknowledgements are off for the proposals topic because Faust acknowledges records
   it skipped around a rebalance.
@@ -34,14 +36,19 @@ from typing import Any, ClassVar
 
 from aiokafka import errors as aiokafka_errors
 from aiokafka.consumer import fetcher as aiokafka_fetcher
+from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
+
+from processor.runtimes.faust.inline import finish, start_inline
 
 log = logging.getLogger("runstate.faust")
 
 # What aiokafka raises for bytes it cannot turn into records.
 READ_ERRORS = (aiokafka_errors.CorruptRecordException, aiokafka_errors.UnsupportedCodecError)
 READ_RETRY_S = 1.0
+#: Records delivered between two returns to the event loop (Faust's figure).
+DELIVER_YIELD_EVERY = 100
 #: How long /readyz shows a failed fetch (fetching fails again each READ_RETRY_S while
 #: the cause lasts, so a lasting one keeps the worker not ready).
 FAILED_FETCH_SHOWN_S = 15.0
@@ -236,8 +243,15 @@ class Consumer(faust_aiokafka.Consumer):
             try:
                 if refetching and self.refetch is not None:
                     await self.refetch()
-                return await super()._drain_messages(fetcher)
+                return await self._fetch_and_deliver(fetcher)
             except self.consumer_stopped_errors:
+                if self.transport.app.should_stop:
+                    log.info("the broker stopped the consumer while the worker stops")
+                    return
+                raise
+            except asyncio.CancelledError:
+                if self.transport.app.should_stop:
+                    return
                 raise
             except Exception as exc:
                 if fetcher.should_stop or self.should_stop:
@@ -250,6 +264,50 @@ class Consumer(faust_aiokafka.Consumer):
                 )
             await asyncio.sleep(READ_RETRY_S)
             refetching = True
+
+    async def _fetch_and_deliver(self, fetcher: Any) -> None:
+        """Faust's fetch loop (`Consumer._drain_messages`: records past each partition's
+        read offset to the conductor, gaps noted for acknowledged topics, Faust's commit
+        every `broker_commit_every` acknowledgements), each record delivered inline."""
+        callback, read_offset = self.callback, self._read_offset
+        acks_enabled_for = self.app.topics.acks_enabled_for
+        consumer_stopped, fetcher_stopped = self._stopped.is_set, fetcher._stopped.is_set
+        since_yield = 0
+        try:
+            while not (consumer_stopped() or fetcher_stopped()):
+                self.diag.set_flag(CONSUMER_FETCHING)
+                records = self.getmany(timeout=1.0)
+                await asyncio.sleep(0)  # getmany may return at once, again and again
+                if self.should_stop:
+                    continue
+                async for tp, message in records:
+                    since_yield += 1
+                    if since_yield > DELIVER_YIELD_EVERY:
+                        await asyncio.sleep(0)
+                        since_yield = 0
+                    offset, last = message.offset, read_offset[tp]
+                    if last is not None and offset < last:
+                        continue  # read already (Faust drops it too)
+                    if last and offset - last > 1 and acks_enabled_for(message.topic):
+                        await self._add_gap(tp, last + 1, offset)
+                    commit_every = self._commit_every
+                    if commit_every is not None and self._n_acked >= commit_every:
+                        self._n_acked = 0
+                        await self.commit()
+                    await self._deliver(callback, message)
+                    read_offset[tp] = offset
+                self.diag.unset_flag(CONSUMER_FETCHING)
+        finally:
+            self.diag.unset_flag(CONSUMER_FETCHING)
+
+    async def _deliver(self, callback: Callable[[Any], Any], message: Any) -> None:
+        """The conductor's callback, run here up to its first wait; when it waits, it is
+        finished as Faust runs it: given up if the flow is suspended (a rebalance: the
+        record is dropped, and the agent reads it again from its positions)."""
+        coro = callback(message)
+        waiting = start_inline(coro)
+        if waiting is not None:
+            await self.wait_first(finish(coro, waiting), self.suspend_flow.wait())
 
     def fetch_trouble(self) -> str | None:
         """What /readyz says while fetching fails: the latest failure, if recent."""
