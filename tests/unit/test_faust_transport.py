@@ -1,13 +1,14 @@
-"""The Faust runtime's consumer: seeks on the consumer's own thread, and a fetch that fails
-other than by a stop starts again from the agent's positions (no broker)."""
+"""The Faust runtime's consumer: seeks on the consumer's own thread, a fetch that fails
+other than by a stop starts again from the agent's positions, and the fetch loop's
+deliveries (no broker)."""
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
 from processor.runtimes.faust.transport import FAILED_FETCH_SHOWN_S, Consumer
@@ -78,6 +79,7 @@ def test_a_seek_of_a_partition_no_longer_assigned_is_left_alone(
 class Fetcher:
     def __init__(self) -> None:
         self.should_stop = False
+        self._stopped = threading.Event()
 
 
 def draining(
@@ -90,7 +92,7 @@ def draining(
     calls: list[str] = []
     refetch_failures = refetch_failures or []
 
-    async def faust_drain(self: Consumer, fetcher: Fetcher) -> None:
+    async def fetch_and_deliver(self: Consumer, fetcher: Fetcher) -> None:
         calls.append("drain")
         if failures:
             raise failures.pop(0)
@@ -100,9 +102,10 @@ def draining(
         if refetch_failures:
             raise refetch_failures.pop(0)
 
-    monkeypatch.setattr(faust_aiokafka.Consumer, "_drain_messages", faust_drain)
+    monkeypatch.setattr(Consumer, "_fetch_and_deliver", fetch_and_deliver)
     monkeypatch.setattr("processor.runtimes.faust.transport.READ_RETRY_S", 0.0)
     consumer = bare_consumer()
+    consumer.transport = SimpleNamespace(app=SimpleNamespace(should_stop=False))  # type: ignore[assignment]
     consumer.refetch = refetch
     consumer.failed_fetch = None
     monkeypatch.setattr(Consumer, "should_stop", False, raising=False)
@@ -133,9 +136,95 @@ def test_a_stop_is_not_fetched_through(monkeypatch: pytest.MonkeyPatch) -> None:
         asyncio.run(consumer._drain_messages(Fetcher()))
     assert calls == ["drain"]
 
+    consumer, calls = draining(monkeypatch, [stopped])
+    consumer.transport.app.should_stop = True  # the worker stops: the loop just ends
+    asyncio.run(consumer._drain_messages(Fetcher()))
+    assert calls == ["drain"]
+
     consumer, calls = draining(monkeypatch, [KeyError(PARTITION)])
     fetcher = Fetcher()
     fetcher.should_stop = True
     with pytest.raises(KeyError):
         asyncio.run(consumer._drain_messages(fetcher))
     assert calls == ["drain"]
+
+
+class Delivering:
+    """What the fetch loop reads of Faust's consumer, around one fetch of `records`."""
+
+    def __init__(self, records: list[tuple[TP, int]], waits: set[int]) -> None:
+        self.records, self.waits = records, waits
+        self.delivered: list[int] = []
+        self.given_up: list[int] = []
+        self.release = asyncio.Event()
+
+    async def callback(self, message: Any) -> None:
+        if message.offset in self.waits:  # a full queue: waits for room
+            try:
+                await self.release.wait()
+            except asyncio.CancelledError:
+                self.given_up.append(message.offset)
+                raise
+        self.delivered.append(message.offset)
+
+    def consumer(self) -> Consumer:
+        consumer = bare_consumer()
+        fetched = [self.records]
+
+        async def getmany(timeout: float) -> AsyncIterator[tuple[TP, Any]]:
+            for tp, offset in fetched.pop(0) if fetched else []:
+                yield tp, SimpleNamespace(offset=offset, topic=tp.topic)
+            consumer._stopped.set()  # one fetch, then the consumer stops
+
+        consumer.callback = self.callback  # type: ignore[assignment,method-assign]
+        consumer.getmany = getmany  # type: ignore[assignment,method-assign]
+        consumer._read_offset = {PARTITION: None}  # type: ignore[assignment]
+        consumer.app = SimpleNamespace(topics=SimpleNamespace(acks_enabled_for=lambda t: False))  # type: ignore[assignment]
+        consumer.diag = SimpleNamespace(set_flag=lambda f: None, unset_flag=lambda f: None)  # type: ignore[assignment]
+        consumer._commit_every = None
+        consumer.suspend_flow = asyncio.Event()  # type: ignore[assignment]
+        consumer._stopped, consumer._crashed = asyncio.Event(), asyncio.Event()  # type: ignore[assignment]
+        consumer.loop = asyncio.get_running_loop()  # type: ignore[misc]
+        return consumer
+
+
+def test_the_fetch_loop_delivers_in_order_and_waits_for_a_delivery_that_waits() -> None:
+    async def main() -> tuple[list[int], dict[TP, int | None]]:
+        delivering = Delivering([(PARTITION, o) for o in (5, 6, 7)], waits={6})
+        consumer = delivering.consumer()
+        loop = asyncio.create_task(consumer._fetch_and_deliver(Fetcher()))
+        await asyncio.sleep(0.01)
+        assert delivering.delivered == [5]  # 6 waits, and 7 after it
+        delivering.release.set()
+        await asyncio.wait_for(loop, 5)
+        return delivering.delivered, dict(consumer._read_offset)
+
+    assert asyncio.run(main()) == ([5, 6, 7], {PARTITION: 7})
+
+
+def test_a_delivery_that_waits_is_given_up_when_the_flow_is_suspended() -> None:
+    """A rebalance suspends the flow: a delivery waiting for room is given up (the
+    record is dropped and read again from the agent's positions), as in Faust's loop,
+    and the ones after it are delivered."""
+
+    async def main() -> tuple[list[int], list[int]]:
+        delivering = Delivering([(PARTITION, o) for o in (5, 6, 7)], waits={6})
+        consumer = delivering.consumer()
+        loop = asyncio.create_task(consumer._fetch_and_deliver(Fetcher()))
+        await asyncio.sleep(0.01)
+        consumer.suspend_flow.set()
+        await asyncio.wait_for(loop, 5)
+        return delivering.delivered, delivering.given_up
+
+    assert asyncio.run(main()) == ([5, 7], [6])
+
+
+def test_records_below_the_read_offset_are_not_delivered() -> None:
+    async def main() -> list[int]:
+        delivering = Delivering([(PARTITION, o) for o in (3, 4, 5)], waits=set())
+        consumer = delivering.consumer()
+        consumer._read_offset[PARTITION] = 4
+        await asyncio.wait_for(consumer._fetch_and_deliver(Fetcher()), 5)
+        return delivering.delivered
+
+    assert asyncio.run(main()) == [4, 5]
