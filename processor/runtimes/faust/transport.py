@@ -12,8 +12,9 @@
   on /readyz, and fetching starts again from the offsets the agent vouches for
   (`refetch`).
 - Faust's read offsets are not kept for those topics (`ReadOffsets`).
-- The fetch loop hands each record to the conductor on its own task, and makes a task
-  of the delivery only when it waits (`inline.py`), where Faust's made one of each.
+- The fetch loop runs the conductor's delivery of each record on the loop's own task,
+  and makes a task of a delivery only when it waits (`inline.py`); Faust's fetch loop
+  made a task of each, and waited for it with three more futures.
 - `commit_positions` commits the offsets the agent vouches for; Faust's own
   acknowledgements are off for the proposals topic because Faust acknowledges records
   it skipped around a rebalance.
