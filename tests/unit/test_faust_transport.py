@@ -157,9 +157,11 @@ class Delivering:
         self.delivered: list[int] = []
         self.given_up: list[int] = []
         self.release = asyncio.Event()
+        self.waiting = asyncio.Event()
 
     async def callback(self, message: Any) -> None:
         if message.offset in self.waits:  # a full queue: waits for room
+            self.waiting.set()
             try:
                 await self.release.wait()
             except asyncio.CancelledError:
@@ -193,7 +195,7 @@ def test_the_fetch_loop_delivers_in_order_and_waits_for_a_delivery_that_waits() 
         delivering = Delivering([(PARTITION, o) for o in (5, 6, 7)], waits={6})
         consumer = delivering.consumer()
         loop = asyncio.create_task(consumer._fetch_and_deliver(Fetcher()))
-        await asyncio.sleep(0.01)
+        await asyncio.wait_for(delivering.waiting.wait(), 5)
         assert delivering.delivered == [5]  # 6 waits, and 7 after it
         delivering.release.set()
         await asyncio.wait_for(loop, 5)
@@ -211,7 +213,7 @@ def test_a_delivery_that_waits_is_given_up_when_the_flow_is_suspended() -> None:
         delivering = Delivering([(PARTITION, o) for o in (5, 6, 7)], waits={6})
         consumer = delivering.consumer()
         loop = asyncio.create_task(consumer._fetch_and_deliver(Fetcher()))
-        await asyncio.sleep(0.01)
+        await asyncio.wait_for(delivering.waiting.wait(), 5)
         consumer.suspend_flow.set()
         await asyncio.wait_for(loop, 5)
         return delivering.delivered, delivering.given_up
