@@ -7,6 +7,11 @@ import pytest
 from processor.runtimes.faust.inline import finish, start_inline
 
 
+class _BareYield:
+    def __await__(self):  # type: ignore[no-untyped-def]
+        yield
+
+
 def test_a_coroutine_that_never_waits_runs_to_its_end_inline() -> None:
     done: list[str] = []
 
@@ -29,14 +34,13 @@ def test_a_coroutine_that_waits_is_finished_by_its_own_task() -> None:
         async def deliver() -> None:
             seen.append("before")
             await queue.put(1)
-            await asyncio.sleep(0)  # a bare yield too
+            await _BareYield()  # what asyncio.sleep(0) yields: None
             seen.append("after")
 
         coro = deliver()
         waiting = start_inline(coro)
         assert waiting is not None and seen == ["before"]
         task = asyncio.ensure_future(finish(coro, waiting))
-        await asyncio.sleep(0)
         assert not task.done()
         assert queue.get_nowait() == 0  # room: the put goes through
         await task
@@ -56,7 +60,12 @@ def test_a_finish_cancelled_cancels_the_coroutine_where_it_waits() -> None:
         queue: asyncio.Queue[int] = asyncio.Queue(maxsize=1)
         queue.put_nowait(0)
 
+        gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        at_put = asyncio.Event()
+
         async def deliver() -> None:
+            await gate  # where start_inline leaves it
+            at_put.set()
             try:
                 await queue.put(1)
                 seen.append("put")
@@ -68,12 +77,12 @@ def test_a_finish_cancelled_cancels_the_coroutine_where_it_waits() -> None:
         waiting = start_inline(coro)
         assert waiting is not None
         task = asyncio.ensure_future(finish(coro, waiting))
-        await asyncio.sleep(0)
+        gate.set_result(None)
+        await asyncio.wait_for(at_put.wait(), 5)  # finish drives it; it waits at the put
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
         queue.get_nowait()
-        await asyncio.sleep(0)
         return seen, queue.qsize()
 
     assert asyncio.run(main()) == (["cancelled"], 0)
