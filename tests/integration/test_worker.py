@@ -39,8 +39,8 @@ def runtime(request: pytest.FixtureRequest) -> str:
 
 
 def sized(runtime: str, runs: int, proposals: int) -> tuple[int, int]:
-    """The Faust runtime waits for two broker acknowledgements per commit (README:
-    Guarantees per runtime), so it gets a fifth of the load in the same test."""
+    """The Faust runtime drains slower than the native worker, and its test gets a fifth
+    of the load."""
     return (runs, proposals) if runtime == "native" else (runs // 5, proposals // 5)
 
 
@@ -76,8 +76,9 @@ def test_worker_stopped_mid_stream_loses_and_repeats_nothing(
     env: Env, stop: tuple[str, str]
 ) -> None:
     runtime, how = stop
-    runs, proposals = sized(runtime, 1_000, 10_000)
-    plan = workload(runs=runs, proposals=proposals, seed=11)
+    # The whole load for either runtime: stopped once a fifth is answered, the rest must
+    # still be to come, however fast it drains and however late the health poll sees it.
+    plan = workload(runs=1_000, proposals=10_000, seed=11)
     state = env.tmp / "w1"
     worker = WorkerProcess(env, state, runtime=runtime)
     try:

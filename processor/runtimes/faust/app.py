@@ -10,7 +10,8 @@ committed, so it cannot give the native worker's exactly-once. What it gives ins
     acknowledged whole by the broker: every record but the snapshots (transitions,
     rejections, DLQ records, dedupe records), then the snapshots; the table's store is
     written only after both: no outcome is lost, and a transition sent again is the same
-    record;
+    record; the next batch is decided while one travels, and its snapshots go only once
+    that one is written (inflight.py);
   - the agent, not Faust, owns the proposals' positions (`positions`): Faust drops
     fetched records around a rebalance, so a gap makes the agent seek back, and only
     offsets the agent has answered are committed;
@@ -54,6 +55,7 @@ from processor.records.limits import DEFAULT_BATCH_SIZE, UNLIMITED, RecordLimits
 from processor.records.punctuator import Punctuator, timer_key
 from processor.records.stats import OutcomeStats
 from processor.runtimes.faust import datadir_of
+from processor.runtimes.faust.inflight import InFlight
 from processor.runtimes.faust.kafka import faust_kafka_settings
 from processor.runtimes.faust.observe import StateIndex, faust_metrics
 from processor.runtimes.faust.positions import Positions, Verdict
@@ -251,8 +253,10 @@ class FaustWorker:
             self.commit_positions
         )
         app.timer(interval=config.settings.timer_interval_ms / 1000)(self.tick.fire_timers)
-        self.idle = asyncio.Event()  # no batch being decided
+        self.inflight = InFlight()  # batches whose outcomes travel
+        self.idle = asyncio.Event()  # no batch being decided or travelling
         self.idle.set()
+        self.handovers = 0  # handovers waiting for the agent to be idle
         app.handover = self.commit_positions_at_handover
         app.agent(proposals, name="decide")(self.decide_proposals)
         # The same HTTP API as the native worker's (processor/serving/api.py).
@@ -264,7 +268,9 @@ class FaustWorker:
     async def decide_proposals(self, stream: Any) -> None:
         """The agent: the proposals `positions` says are next, decided a batch at a time:
         every record its channel holds when it looks, up to `DECIDE_BATCH`; it waits for
-        the first only.
+        the first only. While a batch's outcomes travel, the next batch is decided
+        (inflight.py); with nothing more to decide, or partitions about to leave, what
+        travels is finished first.
 
         It reads the stream's channel, not the stream: Faust's iteration of a stream
         returns to the event loop before each record, and its `take_events` cuts a batch
@@ -275,21 +281,28 @@ class FaustWorker:
         older generation or of a partition gone included."""
         channel = aiter(stream.channel)  # registered with Faust's conductor: subscribed
         queue = channel.queue
-        while True:
-            try:
-                events = [await channel.get()]
-                while len(events) < DECIDE_BATCH and not queue.empty():
-                    events.append(queue.get_nowait())  # (raises what was thrown to it)
-            except StopAsyncIteration:
-                # Faust ends an agent's iteration so when it stops the agent. What was
-                # taken is not answered: its offsets are not committed, it comes again.
-                return
-            self.idle.clear()
-            try:
+        try:
+            while True:
+                if self.inflight.busy and (queue.empty() or self.handing_over):
+                    await self.inflight.drain()
+                if not self.inflight.busy:
+                    self.positions.release()
+                    self.idle.set()
+                try:
+                    events = [await channel.get()]
+                    while len(events) < DECIDE_BATCH and not queue.empty():
+                        events.append(queue.get_nowait())  # (raises what was thrown to it)
+                except StopAsyncIteration:
+                    # Faust ends an agent's iteration so when it stops the agent. What
+                    # was taken is not answered: its offsets are not committed, it comes
+                    # again (what travels was finished at the handover before).
+                    return
+                self.idle.clear()
                 await self.decide_events(events)
-            finally:
-                self.positions.release()
-                self.idle.set()
+        finally:
+            await self.inflight.abandon()
+            self.positions.release()
+            self.idle.set()
 
     async def decide_events(self, events: Sequence[Any]) -> None:
         batch: list[Any] = []
@@ -300,7 +313,9 @@ class FaustWorker:
                 self.stats.skipped += 1
                 continue
             if action is Verdict.SEEK:
-                await self.decision.decide(batch)  # what came before the gap, first
+                # What came before the gap, first, and delivered: `next` is then known.
+                await self.submit(batch)
+                await self.inflight.drain()
                 batch = []
                 log.warning(
                     "%s: records before offset %d were dropped by Faust; seeking back to %d",
@@ -314,7 +329,14 @@ class FaustWorker:
                 continue
             batch.append(message)
             self.positions.take(message.partition, last_offset(message))
-        await self.decision.decide(batch)
+        await self.submit(batch)
+
+    async def submit(self, messages: Sequence[Any]) -> None:
+        """Decide `messages` now and start delivering their outcomes."""
+        await self.inflight.room()
+        batch = self.decision.prepare_batch(messages)
+        if batch is not None:
+            self.inflight.add(self.decision.complete(batch, self.inflight.last))
 
     def verdict(self, message: Any) -> Verdict:
         """What to do with this record (see `positions`), from every floor known."""
@@ -380,8 +402,16 @@ class FaustWorker:
         except Exception as exc:
             log.warning("committing the answered offsets at a handover failed: %r", exc)
 
+    @property
+    def handing_over(self) -> bool:
+        return self.handovers > 0
+
     async def _commit_when_idle(self) -> None:
-        await self.idle.wait()
+        self.handovers += 1  # the agent finishes what travels before deciding more
+        try:
+            await self.idle.wait()
+        finally:
+            self.handovers -= 1
         offsets = self.answered_offsets()
         if offsets:
             await self.consumer().commit_positions(offsets)

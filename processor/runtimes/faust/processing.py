@@ -1,14 +1,16 @@
 """A batch of the Faust agent's proposals, from their records to the table: each decided
-in order against the table and what the batch's earlier outcomes will write to it
-(`Staged`); their outcomes delivered in two phases, every record but the snapshots, then
-the snapshots (each phase sent at once, then awaited whole); then written to the table;
-counted, measured and logged once delivered. The order is what the runtime's guarantees
-rest on (app.py); the agent asks for this only for records `positions` says to decide.
+in order against the table and what earlier outcomes not in it yet will write to it
+(`Staged`: this batch's and those of the batches still travelling); their outcomes
+delivered in two phases, every record but the snapshots, then the snapshots (each phase
+sent at once, then awaited whole; the snapshots only once the batch before is
+written); then written to the table; counted, measured and logged once delivered. The
+order is what the runtime's guarantees rest on (app.py); the agent asks for this only
+for records `positions` says to decide, and keeps batches travelling (inflight.py).
 """
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -70,11 +72,52 @@ def _key(record: OutputRecord) -> bytes:
 
 @dataclass
 class Staged:
-    """What the table will hold once a batch's earlier outcomes are delivered: runs by
-    id (None: forgotten) and the table's other keys (None: dropped)."""
+    """What a batch's outcomes will write to the table once delivered: runs by id (None:
+    forgotten) and the table's other keys (None: dropped); `before`, the batch decided
+    before it while that one's outcomes travel. A batch is read through the chain,
+    newest first, down to the first batch `settled` (written, or given up)."""
 
     runs: dict[str, RunSnapshot | None] = field(default_factory=dict)
     keys: dict[bytes, bytes | None] = field(default_factory=dict)
+    before: "Staged | None" = None
+    settled: bool = False
+
+    def chain(self) -> Iterator["Staged"]:
+        staged: Staged | None = self
+        while staged is not None and not staged.settled:
+            yield staged
+            staged = staged.before
+
+    def run(self, run_id: str) -> tuple[bool, RunSnapshot | None]:
+        """(staged at all, the run as staged)."""
+        for staged in self.chain():
+            if run_id in staged.runs:
+                return True, staged.runs[run_id]
+        return False, None
+
+    def key(self, key: bytes) -> tuple[bool, bytes | None]:
+        """(staged at all, the value as staged)."""
+        for staged in self.chain():
+            if key in staged.keys:
+                return True, staged.keys[key]
+        return False, None
+
+    def live_keys(self, prefixes: tuple[bytes, ...]) -> list[bytes]:
+        """The keys with one of `prefixes` that the chain leaves with a value."""
+        seen: set[bytes] = set()
+        live = []
+        for staged in self.chain():
+            for key, value in staged.keys.items():
+                if key.startswith(prefixes) and key not in seen:
+                    seen.add(key)
+                    if value is not None:
+                        live.append(key)
+        return live
+
+    def settle(self) -> None:
+        """Its writes are in the table (or given up): read from there from now on."""
+        self.settled = True
+        self.before = None
 
 
 @dataclass
@@ -91,6 +134,14 @@ class Prepared:
     snapshot: OutputRecord | None  # sent last, naming its proposal's offset
     records: list[OutputRecord]  # the outcome's
     own: list[OutputRecord]  # this runtime's changelog records (dedupe, forgotten ids)
+
+
+@dataclass
+class Batch:
+    """A batch decided, its outcomes to deliver (`Decision.complete`)."""
+
+    prepared: list[Prepared]
+    staged: Staged
 
 
 class Decision:
@@ -134,18 +185,26 @@ class Decision:
         self.delivered = delivered
         self.decoded = DecodedSnapshots()
         self.verifier = BatchVerifier()
+        self._staged: Staged | None = None  # the newest batch's
 
     async def decide(self, messages: Sequence[Any]) -> None:
+        """Decide a batch and deliver its outcomes, with no batch travelling before it."""
+        batch = self.prepare_batch(messages)
+        if batch is not None:
+            await self.complete(batch, None)
+
+    def prepare_batch(self, messages: Sequence[Any]) -> Batch | None:
         """Decide a batch of proposal records (or batches the consumer could not read),
-        in order, and deliver their outcomes: every record but the snapshots first, then
-        the snapshots, each phase sent at once and awaited whole; then the table."""
+        in order, each against the table and what was decided before it and is not in
+        the table yet; None when no record is this worker's to decide."""
         # Only partitions whose store this worker holds: one revoked, or a worker
         # stopping (Faust drops the stores first), leaves its records to the next owner,
         # who decides them against the store restored with every write.
         messages = [m for m in messages if self.runs.holds(m.partition)]
         if not messages:
-            return
-        staged = Staged()
+            return None
+        before = self._staged if self._staged is not None and not self._staged.settled else None
+        staged = self._staged = Staged(before=before)
         keyring = self.keyring.current()
         # A batch's Ed25519 signatures, verified on threads beforehand (verifier.py);
         # then the whole batch admitted before any of it is decided (admission.py).
@@ -164,6 +223,13 @@ class Decision:
             self.prepare(message, staged, admission)
             for message, admission in zip(messages, admissions, strict=True)
         ]
+        return Batch(prepared, staged)
+
+    async def complete(self, batch: Batch, before: Awaitable[None] | None) -> None:
+        """Deliver a batch's outcomes: every record but the snapshots at once; then, once
+        `before` (the batch decided before it) is delivered and written, the snapshots;
+        then the table. Whatever becomes of it, its staged writes are read no more."""
+        prepared = batch.prepared
         sending = time.perf_counter()
         sending_ns = time.time_ns() if any(p.decision is not None for p in prepared) else 0
         # From the first output sent until the table has the outcomes, a reader who saw
@@ -172,10 +238,13 @@ class Decision:
         try:
             # A snapshot (the last changelog record of an outcome, naming its proposal's
             # offset: SOURCE_OFFSET_HEADER) is sent only once every other record of the
-            # batch is acknowledged: a worker that restores a snapshot finds every output
-            # of its proposal, and of the proposals before it, delivered. A crash before
-            # the snapshots decides the batch again, to the same outcomes (`committed_by`).
+            # batch, and every record of the batches before, is acknowledged: a worker
+            # that restores a snapshot finds every output of its proposal, and of the
+            # proposals before it, delivered. A crash before the snapshots decides the
+            # batch again, to the same outcomes (`committed_by`).
             await self.deliver([r for p in prepared for r in p.before_snapshot])
+            if before is not None:
+                await before
             await self.deliver([self._snapshot(p) for p in prepared if p.snapshot is not None])
             writes = TableWrites()
             marks: dict[int, int] = {}  # partition -> the offset after its last proposal
@@ -192,6 +261,7 @@ class Decision:
                 if p.message.partition in written:
                     self.delivered(p.message, p.last)
         finally:
+            batch.staged.settle()
             self.read_fence.close(fenced)
         decisions = [p.decision for p in prepared if p.decision is not None]
         if decisions:
@@ -224,14 +294,12 @@ class Decision:
         topics, runs, metrics = self.topics, self.runs, self.metrics
 
         def looked_up(run_id: str) -> Any:
-            if run_id in staged.runs:
-                return staged.runs[run_id]
-            return self.snapshot_of(message.partition, run_id)
+            found, run = staged.run(run_id)
+            return run if found else self.snapshot_of(message.partition, run_id)
 
         def table_get(partition: int, key: bytes) -> bytes | None:
-            if key in staged.keys:
-                return staged.keys[key]
-            return runs.partition_read(partition, key)
+            found, value = staged.key(key)
+            return value if found else runs.partition_read(partition, key)
 
         at_ms = round(message.timestamp * 1000)
         # A batch the consumer could not read (`transport`): one DLQ record for it,
@@ -300,15 +368,12 @@ class Decision:
             in_table = [
                 key for prefix in prefixes for key in runs.partition_keys(partition, prefix)
             ]
-            in_batch = [  # staged by this batch, not in the table yet
-                key
-                for key, value in staged.keys.items()
-                if value is not None and key.startswith(prefixes) and key not in in_table
-            ]
+            # Staged by this batch or one travelling, not in the table yet.
+            in_batch = [key for key in staged.live_keys(prefixes) if key not in in_table]
             own += [
                 OutputRecord(topics.changelog, key, None)
                 for key in [*in_table, *in_batch]
-                if staged.keys.get(key, b"") is not None
+                if staged.key(key) != (True, None)
             ]
         snapshot = records[-1] if records and records[-1].topic == topics.changelog else None
         before = [*(records[:-1] if snapshot is not None else records), *own]
