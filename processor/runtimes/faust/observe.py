@@ -112,7 +112,10 @@ class StateIndex(PartitionIndexes[dict[tuple[str, str], StateRuns]]):
             and (left := index.get((previous.machine, previous.state)))
         ):
             left.remove(previous.run_id)
-        index.setdefault(where, StateRuns()).add(snapshot.run_id, snapshot.entered_state_at_ms)
+        runs = index.get(where)
+        if runs is None:  # (not `setdefault`: a StateRuns built per commit was 4% of a drain)
+            runs = index[where] = StateRuns()
+        runs.add(snapshot.run_id, snapshot.entered_state_at_ms)
 
     def drop(self, partition: int, previous: RunSnapshot) -> None:
         """A run forgotten: it is in no state any more."""
