@@ -190,22 +190,19 @@ class Assignment:
         unassigned and assigned again (paused), which starts their fetch anew. An eager
         (static) member cannot change one partition of its assignment: it says so."""
         waited = time.monotonic() - min(self.starting[p] for p in partitions)
-        if self.config.settings.static_membership:
-            log.warning(
-                "partitions %s: restored, but the consumer has not fetched them for %.0f s; "
-                "they stay paused (restart the worker if this lasts)",
-                partitions,
-                waited,
-            )
+        static = self.config.settings.static_membership
+        log.warning(
+            "partitions %s: restored, but the consumer has not fetched them for %.0f s; %s",
+            partitions,
+            waited,
+            "they stay paused (restart the worker if this lasts)"
+            if static
+            else "assigning them again",
+        )
+        if static:
             for p in partitions:
                 self.starting[p] = time.monotonic()  # said again after as long
             return
-        log.warning(
-            "partitions %s: restored, but the consumer has not fetched them for %.0f s; "
-            "assigning them again",
-            partitions,
-            waited,
-        )
         tps = [TopicPartition(self.topics.proposals, p) for p in partitions]
         consumer.incremental_unassign(tps)
         consumer.incremental_assign(tps)
