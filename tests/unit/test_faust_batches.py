@@ -197,6 +197,17 @@ def run(batches: list[list[Message]], keys: Keys = HMAC) -> tuple[Table, list[An
     return table, sent, marks
 
 
+def cut(stream: list[Message], sizes: list[int]) -> list[list[Message]]:
+    """`stream` cut into batches of `sizes`, in turn, as long as it lasts."""
+    batches, rest = [], list(stream)
+    for size in sizes * (1 + len(stream) // max(1, sum(sizes))):
+        if not rest:
+            break
+        batches.append(rest[:size])
+        rest = rest[size:]
+    return batches + ([rest] if rest else [])
+
+
 def names_its_offset(headers: Any) -> bool:
     """A snapshot: the changelog record naming its proposal's offset."""
     return any(name == SOURCE_OFFSET_HEADER for name, _ in headers or ())
@@ -226,14 +237,7 @@ def test_a_batch_delivers_and_stores_what_one_at_a_time_does(
     keys = KEYS[algorithm]
     stream = messages(seed, runs=6, proposals=60, resent=resent, keys=keys, forged=forged)
     one_by_one = run([[m] for m in stream], keys)
-    batches, rest = [], list(stream)
-    for cut in cuts * (1 + len(stream) // max(1, sum(cuts))):
-        if not rest:
-            break
-        batches.append(rest[:cut])
-        rest = rest[cut:]
-    batches += [rest] if rest else []
-    batched = run(batches, keys)
+    batched = run(cut(stream, cuts), keys)
     transitions = [r for r in batched[1] if r[0] == TOPICS.transitions]
     # Decided, not dead-lettered (a forged create leaves the rest of its run refused).
     assert len(transitions) > (len(stream) / 3 if forged == 0 else 0)
