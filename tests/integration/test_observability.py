@@ -425,3 +425,18 @@ def test_faust_probes_and_inspector(env: Env) -> None:
     finally:
         client.close()
         assert worker.terminate() == 0, worker.log()
+
+
+@pytest.mark.parametrize("runtime", ["native", "faust"])
+def test_sigusr1_writes_every_threads_stack_to_the_log(env: Env, runtime: str) -> None:
+    """A worker that seems stuck is asked where it stands: SIGUSR1 writes each thread's
+    stack to its log, the loop's among them, and it goes on serving (the harness does this
+    for every worker of a test whose outcomes do not come)."""
+    worker = WorkerProcess(env, env.tmp / "w", runtime=runtime)
+    try:
+        worker.wait_ready(partitions=3)
+        stacks = worker.stacks()
+        assert "Thread 0x" in stacks and "processor/cli/main.py" in stacks, stacks
+        assert worker.health() is not None
+    finally:
+        assert worker.terminate() == 0, worker.log()

@@ -20,9 +20,7 @@ def run_faust_worker(
 ) -> None:
     """Run the Faust app until SIGTERM/SIGINT (Faust's worker handles the signals). Logging
     is the caller's (`processor.observe.logs.setup_logging`): Faust's worker leaves it alone."""
-    import faust
-
-    from processor.runtimes.faust.app import FaustWorker
+    from processor.runtimes.faust.app import FaustWorker, StackDumpingWorker
     from processor.runtimes.faust.kafka import faust_kafka_settings
 
     faust_kafka_settings(config.kafka.client_config)  # refuses what Faust cannot take, first
@@ -45,7 +43,7 @@ def run_faust_worker(
     app = FaustWorker(config, partitions, http_port, advertised_url, limits).app
     # override_logging=False: Faust would replace the root logger's handlers with its own
     # (colour, its format), and --log-format json would be lost.
-    worker = faust.Worker(
+    worker = StackDumpingWorker(
         app,
         loglevel=log_level.upper(),
         quiet=True,

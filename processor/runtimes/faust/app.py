@@ -42,7 +42,9 @@ each job is a part of its own:
 """
 
 import asyncio
+import faulthandler
 import logging
+import signal
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -437,3 +439,15 @@ class FaustWorker:
             if end is not None and end >= 0:
                 behind[partition] = max(0, end - self.positions.next[partition])
         return behind
+
+
+class StackDumpingWorker(faust.Worker):
+    """Faust's worker, with SIGUSR1 left to faulthandler (`runstate worker` registers it
+    for every thread's stack): mode's own handler prints them from the event loop, so a
+    worker whose loop is stuck, the one that needs it, printed nothing."""
+
+    def _install_signal_handlers_unix(self) -> None:
+        super()._install_signal_handlers_unix()
+        self.loop.remove_signal_handler(signal.SIGUSR1)  # (which leaves SIG_DFL: death)
+        faulthandler.unregister(signal.SIGUSR1)  # else registering again installs nothing
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
