@@ -3,10 +3,12 @@
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
 import uuid
+import weakref
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -118,6 +120,12 @@ def runstate(env: Env, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+#: The worker processes a test started, for their stacks when outcomes do not come.
+LIVE: "weakref.WeakSet[WorkerProcess]" = weakref.WeakSet()
+#: How long a worker gets to write its stacks after SIGUSR1.
+STACKS_WAIT_S = 5.0
+
+
 class WorkerProcess(ProductWorkerProcess):
     """The product's worker process, wired to a test's topics, keyring and group."""
 
@@ -150,6 +158,24 @@ class WorkerProcess(ProductWorkerProcess):
                 *extra,
             ),
         )
+        LIVE.add(self)
+
+    def stacks(self) -> str:
+        """Its threads' stacks (SIGUSR1: faulthandler writes them to its log) and the end
+        of its log; what it logged, when it is not running."""
+        if self.proc.poll() is not None:
+            return f"(exited {self.proc.returncode})\n{self.log()}"
+        before = self.log_path.stat().st_size
+        self.proc.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + STACKS_WAIT_S
+        while time.monotonic() < deadline and "Thread 0x" not in self._since(before):
+            time.sleep(0.1)
+        return self.log_path.read_text(errors="replace")[-12_000:]
+
+    def _since(self, offset: int) -> str:
+        with open(self.log_path, "rb") as log:
+            log.seek(offset)
+            return log.read().decode(errors="replace")
 
     def snapshot(self, run_id: str) -> RunSnapshot | None:
         data = self.get(self.run_path(run_id))
@@ -335,7 +361,13 @@ def wait_for_outcomes(
         else:
             counts = result.outcome_counts()
             done = all(counts[p["proposal_id"]] for p in expected)
-        if done or time.monotonic() > deadline:
+        if done:
+            return result
+        if time.monotonic() > deadline:
+            # Shown with the test's failure (captured output): where each worker stands.
+            for worker in list(LIVE):
+                print(f"--- {worker.runtime} worker {worker.log_path.name}: stacks and log")
+                print(worker.stacks())
             return result
         time.sleep(1.0)
 
