@@ -14,6 +14,7 @@ Usage: python -m benchmarks.profile [--proposals 30000] [--json F] [--svg F]
 """
 
 import argparse
+import dataclasses
 import html
 import json
 import linecache
@@ -34,7 +35,7 @@ from typing import Any
 from rich.console import Console
 
 from benchmarks.bench import PARTITIONS, Bench
-from benchmarks.contenders import CONTENDERS, ROOT, Running
+from benchmarks.contenders import CONTENDERS, ROOT, Running, Setup
 from benchmarks.measure import Tail, load
 from benchmarks.records import RawRecord
 from benchmarks.report import machine
@@ -400,6 +401,8 @@ def record(
     and the flame graph written to `out` (an SVG); py-spy's samples copied to `keep`.
     `tree`: run the worker code of that checkout instead of this one's."""
     setup = bench.setup("profile")
+    if tree is not None:
+        setup = in_older_format(setup)
     mine = bench.signed_for(setup, records)
     load(setup, mine)
     with code_of(tree):
@@ -423,6 +426,22 @@ def record(
     finally:
         tail.close()
         running.stop()
+
+
+#: Key flags a keyring file gained after the baseline: its worker refuses them as unknown.
+_NEWER_KEY_FIELDS = ("operator", "processor")
+
+
+def in_older_format(setup: Setup) -> Setup:
+    """`setup` with its keyring file written without the key flags the baseline's worker
+    predates (it would refuse the file): the same keys, so the same input verifies."""
+    data = json.loads(setup.keyring_path.read_text())
+    for key in data["keys"].values():
+        for name in _NEWER_KEY_FIELDS:
+            key.pop(name, None)
+    older = setup.workdir / "keyring-older.json"
+    older.write_text(json.dumps(data, indent=2) + "\n")
+    return dataclasses.replace(setup, keyring_path=older)
 
 
 def _sampled(
