@@ -148,6 +148,13 @@ def decision(table: Table, sent: list[Any], marks: dict[int, int], keys: Keys) -
     return made
 
 
+async def decide_alone(deciding: Decision, batch: Sequence[Any]) -> None:
+    """A batch decided and delivered, with no batch travelling before it."""
+    prepared = deciding.prepare_batch(batch)
+    if prepared is not None:
+        await deciding.complete(prepared, None)
+
+
 def messages(
     seed: int, runs: int, proposals: int, resent: float, keys: Keys = HMAC, forged: float = 0.0
 ) -> list[Message]:
@@ -188,7 +195,7 @@ def run(batches: list[list[Message]], keys: Keys = HMAC) -> tuple[Table, list[An
 
     async def decide_all() -> None:
         for batch in batches:
-            await deciding.decide(batch)
+            await decide_alone(deciding, batch)
 
     try:
         asyncio.run(decide_all())
@@ -318,13 +325,13 @@ def test_a_partition_not_held_is_left_to_its_next_owner() -> None:
 
     async def decide() -> None:
         table.dropped = {0}
-        await deciding.decide(first)
+        await decide_alone(deciding, first)
         assert {partition for _, partition, *_ in sent} == {1, 2}
         assert marks == {1: last(1, first) + 1, 2: last(2, first) + 1}
         stored = dict(table.partitions[1])
         sent.clear()
         deciding.deliver = dropping_partition_1
-        await deciding.decide(second)
+        await decide_alone(deciding, second)
         assert {partition for _, partition, *_ in sent} == {1, 2}  # delivered, both
         assert marks == {1: last(1, first) + 1, 2: last(2, second) + 1}
         assert table.partitions[1] == stored

@@ -187,12 +187,6 @@ class Decision:
         self.verifier = BatchVerifier()
         self._staged: Staged | None = None  # the newest batch's
 
-    async def decide(self, messages: Sequence[Any]) -> None:
-        """Decide a batch and deliver its outcomes, with no batch travelling before it."""
-        batch = self.prepare_batch(messages)
-        if batch is not None:
-            await self.complete(batch, None)
-
     def prepare_batch(self, messages: Sequence[Any]) -> Batch | None:
         """Decide a batch of proposal records (or batches the consumer could not read),
         in order, each against the table and what was decided before it and is not in
