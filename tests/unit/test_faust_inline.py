@@ -34,7 +34,7 @@ def test_a_coroutine_that_waits_is_finished_by_its_own_task() -> None:
         async def deliver() -> None:
             seen.append("before")
             await queue.put(1)
-            await _BareYield()  # what asyncio.sleep(0) yields: None
+            await _BareYield()  # one turn of the loop: a bare yield of None
             seen.append("after")
 
         coro = deliver()
