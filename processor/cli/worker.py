@@ -15,6 +15,7 @@ from processor.cli.options import KafkaContext, pass_kafka
 from processor.engine.parse import MachineFileError
 from processor.history.versions import deployed_catalog, load_operator_key
 from processor.observe.logs import setup_logging
+from processor.observe.stacks import dump_stacks_on
 from processor.observe.traces import configure_worker
 from processor.runtimes.errors import ClientBroken, WorkerError
 from processor.runtimes.native.heap import tune_collector
@@ -40,9 +41,9 @@ def worker(kafka: KafkaContext, settings: WorkerSettings) -> None:
     SIGUSR1 writes every thread's stack to the log (for a worker that seems stuck).
     """
     # A crash inside librdkafka or RocksDB leaves the Python stacks in the log, and
-    # `kill -USR1 <pid>` prints them for a worker that seems stuck.
+    # `kill -USR1 <pid>` prints them for a worker that seems stuck (stacks.py).
     faulthandler.enable()
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    dump_stacks_on(signal.SIGUSR1)
     # SIGTERM or Ctrl-C from now on stops the worker cleanly, also one that comes while it
     # starts (seconds on a busy machine: the fault harness scaled workers down before
     # they had installed a handler, and they died of the signal).

@@ -125,6 +125,8 @@ def runstate(env: Env, *args: str) -> subprocess.CompletedProcess[str]:
 LIVE: "weakref.WeakSet[WorkerProcess]" = weakref.WeakSet()
 #: How long a worker gets to write its stacks after SIGUSR1.
 STACKS_WAIT_S = 5.0
+#: The outermost frame of a worker's main thread.
+MAIN_FRAME = "processor/cli/main.py"
 
 
 class WorkerProcess(ProductWorkerProcess):
@@ -168,10 +170,12 @@ class WorkerProcess(ProductWorkerProcess):
             return f"(exited {self.proc.returncode})\n{self.log()}"
         before = self.log_path.stat().st_size
         self.proc.send_signal(signal.SIGUSR1)
+        # faulthandler writes one thread after another, the main thread (whose outermost
+        # frame is the CLI's) last: the dump is whole once that one is in.
         with suppress(AssertionError):  # none after STACKS_WAIT_S: its log all the same
             eventually(
-                "the stacks in its log",
-                lambda: True if "Thread 0x" in self._since(before) else None,
+                "the main thread's stack in its log",
+                lambda: True if MAIN_FRAME in self._since(before) else None,
                 STACKS_WAIT_S,
             )
         return self.log_path.read_text(errors="replace")[-12_000:]

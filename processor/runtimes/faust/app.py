@@ -42,7 +42,6 @@ each job is a part of its own:
 """
 
 import asyncio
-import faulthandler
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Sequence
@@ -53,6 +52,7 @@ from typing import Any, cast
 import faust
 from faust.types import TP
 
+from processor.observe.stacks import dump_stacks_on
 from processor.records.limits import DEFAULT_BATCH_SIZE, UNLIMITED, RecordLimits
 from processor.records.punctuator import Punctuator, timer_key
 from processor.records.stats import OutcomeStats
@@ -442,12 +442,11 @@ class FaustWorker:
 
 
 class StackDumpingWorker(faust.Worker):
-    """Faust's worker, with SIGUSR1 left to faulthandler (`runstate worker` registers it
-    for every thread's stack): mode's own handler prints them from the event loop, so a
-    worker whose loop is stuck, the one that needs it, printed nothing."""
+    """Faust's worker, with SIGUSR1 left to `runstate worker`'s stack dump (stacks.py):
+    mode's own handler prints the stacks from the event loop, so a worker whose loop is
+    stuck, the one that needs it, printed nothing."""
 
     def _install_signal_handlers_unix(self) -> None:
         super()._install_signal_handlers_unix()
         self.loop.remove_signal_handler(signal.SIGUSR1)  # (which leaves SIG_DFL: death)
-        faulthandler.unregister(signal.SIGUSR1)  # else registering again installs nothing
-        faulthandler.register(signal.SIGUSR1, all_threads=True)
+        dump_stacks_on(signal.SIGUSR1)
