@@ -9,7 +9,13 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import TIMESTAMP_CREATE_TIME, Consumer, Producer, TopicPartition
+from confluent_kafka import (
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    Consumer,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
     AlterConfigOpType,
@@ -19,7 +25,14 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from processor.kafka.topics import TopicNames
 from schemas.messages import Proposal, Transition
-from tests.integration.harness import Env, WorkerProcess, consume_all, make_env, published
+from tests.integration.harness import (
+    Env,
+    WorkerProcess,
+    consume_all,
+    eventually,
+    make_env,
+    published,
+)
 
 HOUR_MS = 3_600_000
 
@@ -61,6 +74,65 @@ def _read_back(env: Env, partition: int, offset: int) -> tuple[int, int]:
         consumer.close()
 
 
+def _produce_create(
+    env: Env, producer: Producer, run_id: str, stamped: int
+) -> tuple[int, int, tuple[int, int]]:
+    """Produce a create for `run_id`, signed at and stamped with `stamped`: (partition,
+    offset, the (timestamp type, timestamp) the broker kept)."""
+    value = (
+        Proposal(
+            run_id=run_id,
+            proposal_id=f"create-{run_id}",
+            event="create",
+            payload={"machine": "task_lifecycle"},
+        )
+        .model_dump_json(exclude_none=True)
+        .encode()
+    )
+    key = run_id.encode()
+    headers = env.signing_key("runtime").headers(env.topics.proposals, key, value, stamped)
+    delivered: list[tuple[int, int]] = []
+
+    def on_delivery(err: object, msg: object) -> None:
+        assert err is None, err
+        delivered.append((msg.partition(), msg.offset()))  # type: ignore[attr-defined]
+
+    producer.produce(
+        env.topics.proposals,
+        key=key,
+        value=value,
+        headers=headers,
+        timestamp=stamped,
+        on_delivery=on_delivery,
+    )
+    assert producer.flush(30) == 0 and delivered
+    partition, offset = delivered[0]
+    return partition, offset, _read_back(env, partition, offset)
+
+
+def _first_kept(
+    env: Env, producer: Producer, prefix: str, age_ms: int, kind: int
+) -> tuple[int, int, str, int]:
+    """Produce creates stamped `age_ms` ago, each for a run of its own, until the broker
+    keeps one's timestamp type as `kind`: (partition, offset, run id) of that one, and
+    how many came before it.
+
+    The broker reports a topic's new message.timestamp.type before its log applies it,
+    so the first records after a switch may still be kept the old way. Each of those is
+    an ordinary record of the old kind, and the worker treats it as one."""
+    deadline = time.monotonic() + 30
+    before = 0
+    while True:
+        stamped = int(time.time() * 1000) - age_ms
+        run_id = f"{prefix}-{before}"
+        partition, offset, kept = _produce_create(env, producer, run_id, stamped)
+        if kept[0] == kind:
+            assert kind != TIMESTAMP_CREATE_TIME or kept[1] == stamped, kept
+            return partition, offset, run_id, before
+        assert time.monotonic() < deadline, f"{prefix}: still not timestamp type {kind} at 30 s"
+        before += 1
+
+
 @pytest.mark.parametrize("runtime", ["native", "faust"])
 def test_a_create_time_proposal_is_dead_lettered_not_decided(
     env: Env, admin: AdminClient, runtime: str
@@ -78,39 +150,9 @@ def test_a_create_time_proposal_is_dead_lettered_not_decided(
 
         # A create signed an hour ago and stamped then: fresh, if its producer's clock
         # were believed; stale (and refused) by the broker's.
-        stamped = int(time.time() * 1000) - HOUR_MS
-        run_id = f"bt-stale-{runtime}"
-        value = (
-            Proposal(
-                run_id=run_id,
-                proposal_id=f"replayed-{runtime}",
-                event="create",
-                payload={"machine": "task_lifecycle"},
-            )
-            .model_dump_json(exclude_none=True)
-            .encode()
+        partition, offset, run_id, _ = _first_kept(
+            env, producer, f"bt-stale-{runtime}", HOUR_MS, TIMESTAMP_CREATE_TIME
         )
-        key = run_id.encode()
-        headers = env.signing_key("runtime").headers(env.topics.proposals, key, value, stamped)
-        delivered: list[tuple[int, int]] = []
-
-        def on_delivery(err: object, msg: object) -> None:
-            assert err is None, err
-            delivered.append((msg.partition(), msg.offset()))  # type: ignore[attr-defined]
-
-        producer.produce(
-            env.topics.proposals,
-            key=key,
-            value=value,
-            headers=headers,
-            timestamp=stamped,
-            on_delivery=on_delivery,
-        )
-        assert producer.flush(30) == 0 and delivered
-        partition, offset = delivered[0]
-        kind, at_ms = _read_back(env, partition, offset)
-        assert (kind, at_ms) == (TIMESTAMP_CREATE_TIME, stamped), "the producer's time is kept"
-
         dead = consume_all(
             env.bootstrap, env.topics.dlq, 1, **{"isolation.level": "read_committed"}
         )
@@ -124,10 +166,23 @@ def test_a_create_time_proposal_is_dead_lettered_not_decided(
         assert run_id not in {t.run_id for t in result.transitions}
         assert run_id not in {r.run_id for r in result.rejections}
         assert worker.get(worker.run_path(run_id)) is None
-        # and the worker goes on: a record the broker stamps again is decided
+
+        # and the worker goes on: a record the broker stamps again is decided; one its
+        # producer still stamped in the switch's wake is dead-lettered like the first
         _set_timestamp_type(admin, env.topics.proposals, "LogAppendTime")
-        assert isinstance(client.create_and_wait("bt-after", "task_lifecycle"), Transition)
-        assert published(env).dead_letters == 1
+        _, _, run_id, late = _first_kept(
+            env, producer, f"bt-after-{runtime}", 0, TIMESTAMP_LOG_APPEND_TIME
+        )
+        decided = eventually(
+            f"a transition for {run_id}",
+            lambda: [t for t in published(env).transitions if t.run_id == run_id] or None,
+        )
+        assert [t.proposal_id for t in decided] == [f"create-{run_id}"]
+        eventually(
+            f"{1 + late} dead letters",
+            lambda: published(env).dead_letters >= 1 + late or None,
+        )
+        assert published(env).dead_letters == 1 + late
     finally:
         client.close()
         assert worker.terminate() == 0, worker.log()
