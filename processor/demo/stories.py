@@ -66,9 +66,8 @@ def task_lifecycle(rng: random.Random, run_id: str) -> Story:
     if rng.random() < 0.2:
         yield Step("approval_denied", key="approver", payload=decision)
         return
-    if rng.random() < 0.05:
-        yield Step("timeout")  # the approval deadline passed
-        return
+    if rng.random() < 0.05:  # an agent claims the approval deadline passed: refused, it
+        yield Step("timeout", reason="approval_timeout")  # is the processor's once due
     yield Step("approval_granted", key="approver", payload=decision)
     for _ in range(rng.choice([0, 0, 1, 2, 3])):
         yield Step("transient_error", key="tool")

@@ -383,6 +383,9 @@ def _decide_event(
             snapshot,
             now_ms,
         )
+    unripe = _unripe_deadline(machine, snapshot, edge, proposal, now_ms)
+    if unripe is not None:
+        return _reject(Code.GUARD_FAILED, unripe, proposal, principal, snapshot, now_ms)
     if isinstance(payload, ApprovalPayload):
         unbound = _unbound_approval(snapshot, payload, principal, now_ms)
         if unbound is not None:
@@ -1083,6 +1086,50 @@ def _overdue_deadline(machine: Machine, snapshot: RunSnapshot, now_ms: int) -> T
         if edge is not None and (not edge.guards or _failed_guard(edge, snapshot) is None):
             found = timer
     return found
+
+
+def _unripe_deadline(
+    machine: Machine, snapshot: RunSnapshot, edge: Edge, proposal: Proposal, now_ms: int
+) -> str | None:
+    """Why a proposal may not take a deadline's edge: it claims one of the state's
+    deadlines (the deadline's event with the reason it gives; for an approval wait, the
+    deadline's event with any reason its edge allows) and that deadline is not due at
+    the proposal's time, or not armed for this run at all. A deadline is the processor's
+    to propose once it falls due: a principal that may send the event cannot end an
+    approval wait (or declare a run stale) early by saying the time is up."""
+    claimed = {
+        timeout.kind
+        for timeout in machine.spec.timeouts
+        if (timeout.state, timeout.event) == (edge.source, edge.event)
+        and (
+            (timeout.reason is not None and timeout.reason == proposal.reason)
+            # An approval wait is left by a decision or its deadline: its deadline's edge
+            # is the deadline's, unless the edge names other reasons to take it.
+            or (timeout.kind == "approval" and edge.reasons <= {timeout.reason})
+        )
+    }
+    if not claimed:
+        return None
+    armed = [
+        timer
+        for timer in snapshot.timers
+        if timer.kind == "deadline" and timer.name in claimed and timer.event == edge.event
+    ]
+    if any(timer.due_at_ms <= now_ms for timer in armed):
+        return None
+    names = " or ".join(sorted(claimed))
+    when = (
+        f"falls due at {min(timer.due_at_ms for timer in armed)}"
+        if armed
+        else "is not armed for this run"
+    )
+    return (
+        f"'{edge.event}' from '{edge.source}'"
+        + (f" with reason '{proposal.reason}'" if proposal.reason is not None else "")
+        + f" is the run's {names} deadline, which {when} (this proposal: {now_ms}); the "
+        "processor proposes it once it is due. To end the run earlier, send an event of "
+        "your own that leaves this state"
+    )
 
 
 def _stale_or_finished(

@@ -82,7 +82,7 @@ def _first_plan() -> list[dict[str, Any]]:
         _create("own-wait", "owned_run"),
         _item("own-wait", "run_started"),
         _item("own-wait", "run_waiting", reason="external_callback"),
-        _item("own-wait", "run_failed", reason="timeout"),
+        _item("own-wait", "run_failed", reason="tool_error"),
         _create("rs-fail", "run_state"),
         _item("rs-fail", "start"),
         _item("rs-fail", "approved", "approver"),  # invalid_transition

@@ -11,6 +11,9 @@ checked by an oracle that follows the transitions on its own:
   (nor another beside it, unless the machine declares concurrent steps);
 - no run leaves an approval wait, other than to a finished state, without a bound
   approver decision: the pause it answers, unexpired, from an approver who did not ask;
+- no deadline is claimed before it falls due: a transition on a deadline's edge (its
+  event with its reason; for an approval wait, with any reason the edge allows) comes
+  at or after that deadline, armed for the run;
 - no proposal id is answered twice in a run's life: committed at most once, and a
   refusal never turns into a commit;
 - nothing commits outside the signing key's scope (prefixes on a separator boundary),
@@ -48,7 +51,7 @@ from processor.records.punctuator import Punctuator
 from processor.trust.keyring import Keyring, SigningKey
 from schemas import Rejection, RejectionCode
 from schemas.machine import MachineSpec
-from schemas.messages import Proposal, RunSnapshot, StepStatus
+from schemas.messages import Proposal, RunSnapshot, StepStatus, Timer
 from tests.examples import examples
 
 pytestmark = pytest.mark.unit
@@ -153,6 +156,7 @@ class Life:
     committed: set[str] = field(default_factory=set)
     refused: dict[str, Rejection] = field(default_factory=dict)
     beats_signed: list[int] = field(default_factory=list)
+    deadlines: list[Timer] = field(default_factory=list)  # armed by the latest commit or beat
     finished_by: str | None = None  # the authority that finished it
     continued_by: str | None = None
 
@@ -356,7 +360,16 @@ class Adversary(RuleBasedStateMachine):
                 )
             elif who == "allowed" and deciders:
                 key_id = data.draw(st.sampled_from(deciders))
-            self._send(run_id, key_id, event, payload=payload, expected_revision=life.revision)
+            reasons = sorted({t.reason for t in machine.spec.timeouts if t.reason is not None})
+            reason = data.draw(st.sampled_from([None, *reasons]), label="reason")
+            self._send(
+                run_id,
+                key_id,
+                event,
+                payload=payload,
+                reason=reason,
+                expected_revision=life.revision,
+            )
             return
         if life.executing:
             step = data.draw(st.sampled_from(sorted(life.executing)), label="step")
@@ -614,6 +627,7 @@ class Adversary(RuleBasedStateMachine):
                 "a heartbeat signed no later than one taken moved the deadline"
             )
             life.beats_signed.append(sent.signed_at)
+            life.deadlines = outcome.snapshot.timers
             return
         assert isinstance(outcome, Commit)
         t, snapshot = outcome.transition, outcome.snapshot
@@ -627,6 +641,7 @@ class Adversary(RuleBasedStateMachine):
             assert not life.executing
             if "continues" in t.payload:
                 self._check_continuation(t.run_id, t.payload)
+            life.deadlines = snapshot.timers
             self.lives[sent.run_id] = life
             life.committed.add(t.proposal_id)
             return
@@ -647,6 +662,12 @@ class Adversary(RuleBasedStateMachine):
                 assert t.payload["expires_at_ms"] > t.at_ms, "an expired decision"
                 assert t.principal.source != life.pause[1], "the asker approved itself"
                 assert t.principal.authority in spec.authorities
+        claimed = _claimed_deadlines(machine, t.from_state, t.event, t.reason)
+        if claimed:
+            assert any(
+                d.kind == "deadline" and d.name in claimed and d.due_at_ms <= t.at_ms
+                for d in life.deadlines
+            ), f"'{t.event}' from {t.from_state} claimed its {claimed} deadline before it fell due"
         if t.event == "step_started":
             step = t.payload["step"]
             assert step not in life.executing, f"step {step} started while executing"
@@ -680,6 +701,7 @@ class Adversary(RuleBasedStateMachine):
         elif t.to_state not in waits:
             life.pause = None
         life.state, life.revision, life.version = t.to_state, t.revision, t.machine_version
+        life.deadlines = snapshot.timers
 
     def _finish(self, run_id: str) -> None:
         """Drive a run to a finished state by the shortest way, each edge sent by the
@@ -764,6 +786,27 @@ class Adversary(RuleBasedStateMachine):
             assert snapshot is not None and snapshot.revision == life.revision
             executing = {n for n, s in snapshot.steps.items() if s.status is StepStatus.EXECUTING}
             assert executing == life.executing
+
+
+def _claimed_deadlines(
+    machine: Machine, state: str | None, event: str, reason: str | None
+) -> set[str]:
+    """The deadlines a transition from `state` on `event` with `reason` claims: those
+    the machine arms in `state` to propose `event`, named by their reason; an approval
+    wait's, whatever reason the edge allows (the wait is left by a decision or by its
+    deadline)."""
+    edge = machine.edges.get((state or "", event))
+    if edge is None:
+        return set()
+    return {
+        t.kind
+        for t in machine.spec.timeouts
+        if (t.state, t.event) == (state, event)
+        and (
+            (t.reason is not None and t.reason == reason)
+            or (t.kind == "approval" and edge.reasons <= {t.reason})
+        )
+    }
 
 
 def _shortest_to_an_end(machine: Machine, state: str) -> list[str]:

@@ -70,7 +70,12 @@ def test_task_lifecycle_approval_denied_and_timeout_fail_the_run() -> None:
         if event == "approval_denied":
             run.commit(event, APPROVER, payload=run.decision())
         else:
-            run.commit(event, RUNTIME)
+            # the deadline's, proposed once it is due: not before
+            refused = run.refuse(event, RUNTIME, reason="approval_timeout")
+            assert refused.code is RejectionCode.GUARD_FAILED, refused
+            assert "approval deadline" in refused.detail, refused.detail
+            run.now = next(t.due_at_ms for t in run.snapshot.timers if t.name == "approval")
+            run.commit(event, RUNTIME, reason="approval_timeout")
         assert run.state == "failed"
 
 
