@@ -73,24 +73,35 @@ class RunLink(WireModel):
 
 
 class CarriedStep(WireModel):
-    """A step a predecessor run completed, carried into its continuation as `succeeded`."""
+    """A step of a predecessor run, carried into its continuation: one it completed
+    (`succeeded`, with its result), or one it left `executing`, whose outcome is unknown:
+    the continuation starts with it executing, to be settled (by someone who checked the
+    outside world) before it runs again."""
 
+    status: Literal["succeeded", "executing"] = "succeeded"
     idempotency_key: Annotated[str, Field(min_length=1, max_length=256)] | None = None
     attempts: int = Field(default=1, ge=1)
     result: JsonValue = None
 
+    @model_validator(mode="after")
+    def _a_result_only_when_succeeded(self) -> Self:
+        if self.status == "executing" and self.result is not None:
+            raise ValueError("an executing step has no result yet")
+        return self
+
 
 class CreatePayload(WireModel):
     """The payload of a `create` proposal. With `continues`, the new run carries on from
-    a finished one: it starts with the predecessor's succeeded `steps` and its
-    `checkpoint`, read from the predecessor's snapshot by whoever creates it, and taken
+    a finished one: it starts with the predecessor's succeeded and executing `steps` and
+    its `checkpoint`, read from the predecessor's snapshot by whoever creates it, and taken
     only when the predecessor agrees they are its own (docs/contract.md §4)."""
 
     machine: Name
     options: RunOptions = Field(default_factory=RunOptions)
     continues: RunLink | None = None
     steps: dict[Name, CarriedStep] = Field(
-        default_factory=dict, description="Only with `continues`: the steps it completed."
+        default_factory=dict,
+        description="Only with `continues`: the steps it completed, and those it left executing.",
     )
     checkpoint: JsonObject = Field(
         default_factory=dict, description="Only with `continues`: its checkpoint data."

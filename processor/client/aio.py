@@ -320,8 +320,9 @@ class AsyncRunstateClient(ClientBase):
         raise_on_rejection: bool = False,
     ) -> Outcome:
         """Create run `run_id` continuing the finished run `predecessor`: a new run at
-        its machine's initial state carrying the predecessor's succeeded steps and its
-        checkpoint, linked to its last transition. Waits for the outcome."""
+        its machine's initial state carrying the predecessor's succeeded steps, the steps
+        it left executing (still executing) and its checkpoint, linked to its last
+        transition. Waits for the outcome."""
         payload = continuation(predecessor, await self.snapshot(predecessor), machines)
         return await self.propose_and_wait(
             run_id,

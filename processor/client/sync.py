@@ -332,8 +332,9 @@ class RunstateClient(ClientBase):
         raise_on_rejection: bool = False,
     ) -> Outcome:
         """Create run `run_id` continuing the finished run `predecessor`: a new run at
-        its machine's initial state carrying the predecessor's succeeded steps and its
-        checkpoint, linked to its last transition. Waits for the outcome."""
+        its machine's initial state carrying the predecessor's succeeded steps, the steps
+        it left executing (still executing) and its checkpoint, linked to its last
+        transition. Waits for the outcome."""
         payload = continuation(predecessor, self.snapshot(predecessor), machines)
         return self.propose_and_wait(
             run_id,

@@ -9,7 +9,7 @@ decided in three messages, each by one run, carried between the runs by the work
    create claims to carry.
 2. The original takes the continuation when it is finished, was not ended by an
    approver, was continued by no run before, and the claim is its own: the revision
-   and hash it names, its succeeded steps and its checkpoint (by digest). It then
+   and hash it names, its succeeded and executing steps and its checkpoint (by digest). It then
    commits `continued_by` (naming the new run; its state stays) and grants; else it
    refuses, saying why.
 3. The new run decides its create on the answer: `continuation_granted` commits it as
@@ -65,23 +65,39 @@ def relay_id(event: str, run_id: str, proposal_id: str) -> str:
     return relayed
 
 
-def _steps_digest(steps: Mapping[str, tuple[str | None, int, Any]]) -> str:
+def _steps_digest(steps: Mapping[str, tuple[Any, ...]]) -> str:
     return json_digest([[name, *steps[name]] for name in sorted(steps)])
+
+
+def _step_claim(status: str, key: str | None, attempts: int, result: Any) -> tuple[Any, ...]:
+    """What the digest holds of a carried step: a succeeded one as it always was, an
+    executing one marked so (it could not pass for a succeeded one)."""
+    if status == StepStatus.EXECUTING.value:
+        return key, attempts, result, status
+    return key, attempts, result
 
 
 def claimed(create: CreatePayload) -> tuple[str, str]:
     """(steps digest, checkpoint digest) of what a continuing create carries."""
-    steps = {n: (s.idempotency_key, s.attempts, s.result) for n, s in create.steps.items()}
+    steps = {
+        n: _step_claim(s.status, s.idempotency_key, s.attempts, s.result)
+        for n, s in create.steps.items()
+    }
     return _steps_digest(steps), json_digest(create.checkpoint)
+
+
+#: The steps a run hands on: what it completed, and what it left of unknown outcome (the
+#: continuation must settle those before they run again).
+CARRIED = (StepStatus.SUCCEEDED, StepStatus.EXECUTING)
 
 
 def held(snapshot: RunSnapshot) -> tuple[str, str]:
     """(steps digest, checkpoint digest) of what a run holds to be carried on: its
-    succeeded steps and its checkpoint."""
+    succeeded and executing steps, and its checkpoint."""
     steps = {
-        n: (s.idempotency_key, s.attempts, s.result)
+        n: _step_claim(s.status.value, s.idempotency_key, s.attempts, s.result)
         for n, s in snapshot.steps.items()
-        if s.status is StepStatus.SUCCEEDED
+        if s.status in CARRIED
     }
     return _steps_digest(steps), json_digest(snapshot.checkpoint)
 
@@ -198,7 +214,10 @@ def refusal(
     else:
         steps, checkpoint = held(snapshot)
         if asked.steps_digest != steps:
-            why = f"the steps carried are not the succeeded steps of run '{run_id}'"
+            why = (
+                f"the steps carried are not the succeeded and executing steps of run "
+                f"'{run_id}' (runstate resume shows them)"
+            )
         elif asked.checkpoint_digest != checkpoint:
             why = f"the checkpoint carried is not the checkpoint of run '{run_id}'"
     return None if why is None else (RejectionCode.CONTINUATION_REFUSED, why)

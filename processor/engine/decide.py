@@ -49,9 +49,9 @@ as a whole and commits like any transition; data over CHECKPOINT_MAX_BYTES of ca
 JSON is refused `checkpoint_too_large`. A `create` that `continues` a finished run
 starts with the steps and checkpoint its creator read from that run's snapshot, once
 the original agreed (processor/engine/continuation.py: the create becomes a `Relay` to
-the original, whose answer decides it): the succeeded steps are recorded as succeeded,
-the checkpoint is held to the same limit, and the link is kept in
-`RunSnapshot.continues`.
+the original, whose answer decides it): the steps are recorded as they were carried
+(succeeded, or executing: of unknown outcome, settled before they run again), the
+checkpoint is held to the same limit, and the link is kept in `RunSnapshot.continues`.
 
 A heartbeat is liveness, not a transition: it passes the same checks up to
 invalid_transition (it is recorded only in step states) and comes out as a `Beat`, the
@@ -554,12 +554,13 @@ def _decide_create(
         "steps": {
             name: StepRecord.trusted(
                 {
-                    "status": StepStatus.SUCCEEDED,
+                    "status": StepStatus(step.status),
                     "idempotency_key": step.idempotency_key,
                     "attempts": step.attempts,
                     "result": step.result,
                     "error": None,
                     "revision": 0,
+                    "call_id": None,
                 }
             )
             for name, step in create.steps.items()

@@ -291,8 +291,8 @@ def verify_continuations(
     transitions: Mapping[int, Sequence[Record]], machines: Mapping[str, Machine]
 ) -> list[Finding]:
     """A run that continues another (`create` with `continues`) must carry exactly what
-    that run had at the revision it names (its succeeded steps, its checkpoint),
-    continue a run that finished other than by an approver, and be named by it (its
+    that run had at the revision it names (its succeeded and executing steps, its
+    checkpoint), continue a run that finished other than by an approver, and be named by it (its
     `continued_by` transition): what the original checked when it took the
     continuation (processor/engine/continuation.py), proven again from the log. And a
     run that names a continuation it did not undo is continued by that run."""

@@ -9,9 +9,10 @@ from a worker and calls these.
   step's idempotency key before doing it again), what failed, the checkpoint data, the
   deadlines pending, the events the machine allows next, the run it continues.
 - `continuation_payload`: the `create` payload of a new run that carries on from a
-  finished one: its succeeded steps and its checkpoint, and a link (run id, revision,
-  hash of its latest transition). The engine decides one run at a time and cannot read
-  the predecessor, so the creator reads it and carries the data.
+  finished one: its succeeded steps, the steps it left executing (executing in the new
+  run too), its checkpoint, and a link (run id, revision, hash of its latest
+  transition). The engine decides one run at a time and cannot read the predecessor,
+  so the creator reads it and carries the data.
 - `continuation_problems`: whether a run's carried data is what its predecessor had, for
   anyone holding both snapshots (the engine records the link; this checks it).
 """
@@ -21,6 +22,7 @@ from typing import Any
 
 from pydantic import Field, JsonValue
 
+from processor.engine.continuation import CARRIED
 from processor.engine.lint import CHECKPOINT_EVENT, HEARTBEAT_EVENT, STEP_EVENTS
 from processor.engine.machine import Machine, machine_for
 from schemas.base import WireModel
@@ -169,7 +171,9 @@ def continuation_payload(
     options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The `create` payload of a run continuing `predecessor` (by default on the same
-    machine): its succeeded steps and its checkpoint, linked to its latest transition.
+    machine): its succeeded steps, the steps it left executing (still executing in the
+    new run: their outcome is unknown until someone checks and settles them) and its
+    checkpoint, linked to its latest transition.
     Only a finished run is continued: a live one would have two instances doing its
     steps. Raises ValueError otherwise."""
     held = machine_for(machines, predecessor.machine, predecessor.machine_version)
@@ -188,9 +192,9 @@ def continuation_payload(
             "hash": predecessor.last_hash,
         },
         "steps": {
-            name: _carried(step.idempotency_key, step.attempts, step.result)
+            name: _carried(step.status, step.idempotency_key, step.attempts, step.result)
             for name, step in predecessor.steps.items()
-            if step.status is StepStatus.SUCCEEDED
+            if step.status in CARRIED
         },
         "checkpoint": dict(predecessor.checkpoint),
     }
@@ -199,8 +203,12 @@ def continuation_payload(
     return payload
 
 
-def _carried(key: str | None, attempts: int, result: Any) -> dict[str, Any]:
-    carried: dict[str, Any] = {"attempts": attempts, "result": result}
+def _carried(status: StepStatus, key: str | None, attempts: int, result: Any) -> dict[str, Any]:
+    carried: dict[str, Any] = {"attempts": attempts}
+    if status is StepStatus.EXECUTING:
+        carried["status"] = status.value  # its outcome unknown: no result
+    else:
+        carried["result"] = result
     if key is not None:
         carried["idempotency_key"] = key
     return carried
@@ -209,8 +217,8 @@ def _carried(key: str | None, attempts: int, result: Any) -> dict[str, Any]:
 def continuation_problems(created: Transition, predecessor: RunSnapshot) -> list[str]:
     """How what a run's `create` transition (`created`, revision 0) carried differs from
     what `predecessor` had at the revision it names; empty when it carried exactly the
-    predecessor's succeeded steps and checkpoint. A finished run's snapshot never
-    changes, so its current snapshot is the one at that revision."""
+    predecessor's succeeded and executing steps and checkpoint. A finished run's
+    snapshot never changes, so its current snapshot is the one at that revision."""
     carried = CreatePayload.model_validate(created.payload)
     link = carried.continues
     if link is None:
@@ -223,14 +231,19 @@ def continuation_problems(created: Transition, predecessor: RunSnapshot) -> list
             f"it names revision {link.revision} (hash {link.hash[:12]}); the predecessor is "
             f"at {predecessor.revision} (hash {predecessor.last_hash[:12]})"
         )
-    done = {n: s for n, s in predecessor.steps.items() if s.status is StepStatus.SUCCEEDED}
-    for name, step in done.items():
+    held = {n: s for n, s in predecessor.steps.items() if s.status in CARRIED}
+    for name, step in held.items():
         if name not in carried.steps:
-            problems.append(f"step '{name}' succeeded there and was not carried")
+            problems.append(f"step '{name}' was {step.status.value} there and was not carried")
+        elif carried.steps[name].status != step.status.value:
+            problems.append(
+                f"step '{name}' was {step.status.value} there and was carried "
+                f"{carried.steps[name].status}"
+            )
         elif carried.steps[name].result != step.result:
             problems.append(f"step '{name}' was carried with another result")
-    for name in carried.steps.keys() - done.keys():
-        problems.append(f"step '{name}' was carried but did not succeed there")
+    for name in carried.steps.keys() - held.keys():
+        problems.append(f"step '{name}' was carried but neither succeeded nor executing there")
     if carried.checkpoint != predecessor.checkpoint:
         problems.append("the checkpoint was carried with other data")
     return problems

@@ -405,7 +405,7 @@ def test_a_run_is_continued_once_as_its_original_agrees(world: World) -> None:
         tampered = _refused(
             runtime, "cont-2", "create", RejectionCode.CONTINUATION_REFUSED, payload=claims_more
         )
-        assert "succeeded steps" in tampered.detail
+        assert "succeeded and executing steps" in tampered.detail
         # team-a's key does not reach cont-1: refused before anything is asked of it
         _refused(team_a, "team-a-cont", "create", RejectionCode.UNAUTHORIZED, payload=honest)
         forged = {

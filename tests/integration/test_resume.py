@@ -1,7 +1,7 @@
 """An agent killed mid-step: the resume view a restarted agent builds from the
 worker's snapshot and history shows the completed step with its result, the step left
 executing and the checkpoint; the failed run is then continued as a new run carrying
-them. One native worker, one broker."""
+them, the step of unknown outcome still executing. One native worker, one broker."""
 
 import subprocess
 import sys
@@ -102,11 +102,14 @@ def test_an_agent_killed_mid_step_is_resumed_and_its_failed_run_continued(env: E
         assert new is not None and new.continues is not None
         assert (new.continues.run_id, new.continues.revision) == ("task-1", 6)
         assert new.continues.hash == old.last_hash
-        assert set(new.steps) == {"s1"} and new.steps["s1"].status is StepStatus.SUCCEEDED
+        assert set(new.steps) == {"s1", "s2"} and new.steps["s1"].status is StepStatus.SUCCEEDED
         assert new.steps["s1"].result == {"rows": 42} and new.checkpoint == CHECKPOINT
+        # s2's outcome is unknown: executing in the new run too, not to be run again blind
+        assert new.steps["s2"].status is StepStatus.EXECUTING
         assert continuation_problems(created, old) == []
         successor = resume_view(new, client.history("task-2"), machines)
-        assert successor.continues == new.continues and successor.executing == {}
+        assert successor.continues == new.continues and set(successor.executing) == {"s2"}
+        assert successor.executing["s2"].idempotency_key == "task-1/s2"
         assert successor.completed["s1"].result == {"rows": 42}
         client.close()
     finally:

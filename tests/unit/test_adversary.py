@@ -21,8 +21,10 @@ checked by an oracle that follows the transitions on its own:
 - a replayed heartbeat moves no deadline;
 - a run is continued only as its original agreed: the original was finished, not by an
   approver, and continued by no run before; the continuation carries exactly its
-  succeeded steps and checkpoint; both runs name each other. Only the workers' key
-  carries the messages between runs; the attacker's relays of them are refused.
+  succeeded steps and checkpoint, and the steps it left executing are executing in the
+  continuation (no step of unknown outcome runs again unsettled); both runs name each
+  other. Only the workers' key carries the messages between runs; the attacker's relays
+  of them are refused.
 
 `make adversary` runs it long (RUNSTATE_ADVERSARY_EXAMPLES) and prints what it tried.
 """
@@ -429,6 +431,8 @@ class Adversary(RuleBasedStateMachine):
         free = [r for r in RUN_IDS if r not in self.lives]
         if not finished and self.lives:  # finish one first, the shortest way
             run_id = data.draw(st.sampled_from(sorted(self.lives)), label="to finish")
+            if data.draw(st.booleans(), label="a step left executing"):
+                self._start_a_step(run_id, data)
             self._finish(run_id)
             life = self.lives.get(run_id)
             if (
@@ -443,10 +447,13 @@ class Adversary(RuleBasedStateMachine):
         assert before is not None
         payload = continuation_payload(before, self.machines)
         tamper = data.draw(
-            st.sampled_from(["none", "none", "step", "checkpoint", "stale"]), label="tamper"
+            st.sampled_from(["none", "none", "step", "hide", "checkpoint", "stale"]),
+            label="tamper",
         )
         if tamper == "step":
             payload["steps"] = {**payload["steps"], "refund": {"result": "done"}}
+        elif tamper == "hide":  # the steps left executing, to run them again afresh
+            payload["steps"] = {n: s for n, s in payload["steps"].items() if "status" not in s}
         elif tamper == "checkpoint":
             payload["checkpoint"] = {"n": 2}
         elif tamper == "stale" and before.revision > 0:
@@ -638,9 +645,10 @@ class Adversary(RuleBasedStateMachine):
             life.executing = {
                 n for n, s in snapshot.steps.items() if s.status is StepStatus.EXECUTING
             }
-            assert not life.executing
             if "continues" in t.payload:
-                self._check_continuation(t.run_id, t.payload)
+                self._check_continuation(t.run_id, t.payload, life.executing)
+            else:
+                assert not life.executing, f"a new run with steps executing: {life.executing}"
             life.deadlines = snapshot.timers
             self.lives[sent.run_id] = life
             life.committed.add(t.proposal_id)
@@ -738,9 +746,25 @@ class Adversary(RuleBasedStateMachine):
                 expected_revision=life.revision,
             )
 
-    def _check_continuation(self, run_id: str, payload: dict[str, Any]) -> None:
+    def _start_a_step(self, run_id: str, data: st.DataObject) -> None:
+        """A step started on the run, by the first key allowed to, where steps run."""
+        life = self.lives.get(run_id)
+        if life is None:
+            return
+        machine = self._machine(life.machine, life.version)
+        keys = [k for k, v in sorted(KEYS.items()) if v["authority"] in machine.step_authorities]
+        if life.state in machine.step_states and keys:
+            step = data.draw(st.sampled_from(STEP_NAMES), label="step")
+            payload = {"step": step, "idempotency_key": f"{step}-1"}
+            self._send(run_id, keys[0], "step_started", payload=payload)
+
+    def _check_continuation(
+        self, run_id: str, payload: dict[str, Any], executing: set[str]
+    ) -> None:
         """A continuation committed: its original took it first, naming it, and it
-        carries exactly the original's succeeded steps and checkpoint."""
+        carries exactly the original's succeeded steps and checkpoint, and starts with
+        the steps the original left executing still `executing`: their outcome is
+        unknown, and none runs again until it is settled."""
         link = payload["continues"]
         original = self.lives.get(link["run_id"])
         assert original is not None, f"{run_id} continues a run that is not there"
@@ -757,8 +781,13 @@ class Adversary(RuleBasedStateMachine):
         carried = {
             n: (s.get("idempotency_key"), s.get("attempts", 1), s.get("result"))
             for n, s in payload.get("steps", {}).items()
+            if s.get("status", "succeeded") == "succeeded"
         }
         assert carried == succeeded, f"{run_id} carries {carried}, the original had {succeeded}"
+        assert executing == original.executing, (
+            f"{run_id} starts with {executing} executing; the original left "
+            f"{original.executing} of unknown outcome"
+        )
         assert payload.get("checkpoint", {}) == before.checkpoint
         self.continued[run_id] = link["run_id"]
 

@@ -62,9 +62,9 @@ def test_both_runs_name_each_other_and_replay_as_they_were() -> None:
 @pytest.mark.parametrize(
     ("tamper", "why"),
     [
-        ("a step it never finished", "steps carried are not the succeeded steps"),
-        ("a step left out", "steps carried are not the succeeded steps"),
-        ("another result", "steps carried are not the succeeded steps"),
+        ("a step it never finished", "steps carried are not the succeeded and executing steps"),
+        ("a step left out", "steps carried are not the succeeded and executing steps"),
+        ("another result", "steps carried are not the succeeded and executing steps"),
         ("another checkpoint", "checkpoint carried is not the checkpoint"),
         ("an older revision", "names revision"),
         ("another hash", "names revision"),

@@ -148,7 +148,13 @@ def test_a_continuation_carries_succeeded_steps_and_the_checkpoint() -> None:
     run.commit("fatal_error")
     old = _snapshot(run)
     payload = continuation_payload(old, run.machines, options={"max_retries": 1})
-    assert set(payload["steps"]) == {"s1"}  # neither the failed s2 nor the executing s3
+    # s1 with its result, s3 still executing (its outcome unknown), not the failed s2
+    assert set(payload["steps"]) == {"s1", "s3"}
+    assert payload["steps"]["s3"] == {
+        "status": "executing",
+        "attempts": 1,
+        "idempotency_key": "k-s3",
+    }
     assert payload["continues"] == {"run_id": "task-1", "revision": 8, "hash": old.last_hash}
 
     successor = Driver(run_id="task-2")
@@ -158,6 +164,8 @@ def test_a_continuation_carries_succeeded_steps_and_the_checkpoint() -> None:
     assert new.state == "planned" and new.max_retries == 1
     assert new.steps["s1"].status is StepStatus.SUCCEEDED
     assert new.steps["s1"].result == {"rows": 42} and new.steps["s1"].revision == 0
+    assert new.steps["s3"].status is StepStatus.EXECUTING
+    assert new.steps["s3"].idempotency_key == "k-s3" and new.steps["s3"].result is None
     assert new.checkpoint == old.checkpoint
     assert created.transition.payload["continues"]["hash"] == old.last_hash  # hashed
     assert continuation_problems(created.transition, old) == []
@@ -166,6 +174,15 @@ def test_a_continuation_carries_succeeded_steps_and_the_checkpoint() -> None:
     successor.commit("start")
     again = successor.refuse("step_started", TOOL, payload={"step": "s1", "idempotency_key": "x"})
     assert again.code is RejectionCode.DUPLICATE_STEP and again.step_result == {"rows": 42}
+    # A carried executing step is not run again blind, nor anything beside it, until
+    # whoever checked the outside world settles it.
+    for step in ("s3", "s2"):
+        blind = successor.refuse(
+            "step_started", TOOL, payload={"step": step, "idempotency_key": "y"}
+        )
+        assert blind.code is RejectionCode.STEP_IN_PROGRESS, blind
+    assert successor.refuse("complete").code is RejectionCode.GUARD_FAILED
+    successor.commit("step_failed", TOOL, payload={"step": "s3", "error": "checked: never ran"})
     successor.commit("step_started", TOOL, payload={"step": "s2", "idempotency_key": "k-s2b"})
 
     view = resume_view(_snapshot(successor), successor.history, successor.machines)
@@ -190,7 +207,7 @@ def test_continuation_problems_names_what_differs() -> None:
     problems = continuation_problems(created.transition, old)
     assert any("revision 3" in p for p in problems)
     assert "step 's1' was carried with another result" in problems
-    assert "step 's9' was carried but did not succeed there" in problems
+    assert "step 's9' was carried but neither succeeded nor executing there" in problems
     assert "the checkpoint was carried with other data" in problems
     plain = Driver(run_id="task-3").create("task_lifecycle")
     assert continuation_problems(plain.transition, old) == ["run task-3 continues no run"]
@@ -279,7 +296,7 @@ def test_verify_proves_what_a_continuation_carried() -> None:
     machines = builtin_machines()
     assert verify_continuations(_continued_log(None, deny=False), machines) == []
     forged = verify_continuations(_continued_log({"wire": {"result": 1}}, deny=False), machines)
-    assert len(forged) == 1 and "'wire' was carried but did not succeed" in forged[0].detail
+    assert len(forged) == 1 and "'wire' was carried but neither succeeded" in forged[0].detail
     assert "'task-1' does not name it" in forged[0].detail
     denied = verify_continuations(_continued_log(None, deny=True), machines)
     assert len(denied) == 1 and "an approver ended run 'task-1'" in denied[0].detail
