@@ -523,7 +523,7 @@ def _decide_create(
             now_ms,
         )
 
-    over = _over_ceilings(machine, create)
+    over = _over_ceilings(machine, create) or _waived_criteria(machine, create)
     if over is not None:
         return _reject(Code.LIMIT_EXCEEDED, over, proposal, principal, None, now_ms)
     if create.continues is not None:
@@ -1380,6 +1380,22 @@ def _over_ceilings(machine: Machine, create: CreatePayload) -> str | None:
             if value is not None and value > ceilings.max_timeout_ms:
                 return f"{name} {value} is over the ceiling {ceilings.max_timeout_ms} ms"
     return None
+
+
+def _waived_criteria(machine: Machine, create: CreatePayload) -> str | None:
+    """Why a creation's success criteria leave out some of its machine's, if they do: a
+    run adds criteria to what its machine calls success, never waives them (its creator
+    is the principal that later says it succeeded)."""
+    criteria = create.options.success_criteria
+    if criteria is None:
+        return None
+    missing = [c for c in machine.spec.default_success_criteria if c not in criteria]
+    if not missing:
+        return None
+    return (
+        f"success_criteria leave out the machine's own ({', '.join(missing)}): a run may add "
+        f"criteria to those of '{machine.name}', not drop them"
+    )
 
 
 def executing_steps(snapshot: RunSnapshot) -> list[str]:

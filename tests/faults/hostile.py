@@ -330,19 +330,17 @@ def hostile_records(
         """A create whose reason, success criteria and metadata are arbitrary Unicode (emoji
         JSON-escaped as surrogate pairs): valid, so committed."""
         fresh = fresh_run(run_id, n)
+        reason = _unicode_text(rng, rng.randint(1, 200))
+        machine = rng.choice(_MACHINES)
+        criteria = [_unicode_text(rng, rng.randint(1, 30)) for _ in range(rng.randint(0, 3))]
+        # with the machine's own: a run adds criteria, never drops its machine's
+        criteria += builtin_machines()[machine].spec.default_success_criteria
         body: dict[str, object] = {
             "run_id": fresh,
             "proposal_id": pid,
             "event": "create",
-            "reason": _unicode_text(rng, rng.randint(1, 200)),
-            "payload": {
-                "machine": rng.choice(_MACHINES),
-                "options": {
-                    "success_criteria": [
-                        _unicode_text(rng, rng.randint(1, 30)) for _ in range(rng.randint(0, 3))
-                    ]
-                },
-            },
+            "reason": reason,
+            "payload": {"machine": machine, "options": {"success_criteria": criteria}},
             "metadata": {_unicode_text(rng, 8): _unicode_json(rng) for _ in range(3)},
         }
         return record(fresh.encode(), _dumps(rng, body), "arbitrary Unicode in a create", COMMIT)

@@ -7,8 +7,9 @@ own deadlines; over every built-in machine and over generated ones. Each record 
 through `decide_record`, as a worker decides it, and after every one the rules hold,
 checked by an oracle that follows the transitions on its own:
 
-- no run reaches success with a step executing, and no executing step is started again
-  (nor another beside it, unless the machine declares concurrent steps);
+- no run reaches success with a step executing, or without the facts its machine calls
+  success (a run's creator adds criteria, never waives them), and no executing step is
+  started again (nor another beside it, unless the machine declares concurrent steps);
 - no run leaves an approval wait, other than to a finished state, without a bound
   approver decision: the pause it answers, unexpired, from an approver who did not ask;
 - no deadline is claimed before it falls due: a transition on a deadline's edge (its
@@ -209,6 +210,7 @@ class Adversary(RuleBasedStateMachine):
                 {"max_retries": 1},
                 {"max_retries": 10**6},
                 {"deadlines": {"approval_timeout_ms": 2**53 - 1}},
+                {"success_criteria": []},
             ]
         ),
         carried=st.sampled_from(["no", "no", "honest", "claims a step", "stale", "made up"]),
@@ -339,7 +341,7 @@ class Adversary(RuleBasedStateMachine):
         """Aimed where the rules matter: a run waiting for an approval gets a decision of
         another pause, an expired one, one by the asker, or any other event that leaves
         the wait; a run with a step executing gets it started again, another step
-        started, or its success proposed."""
+        started, or its success proposed; any other run, its success proposed."""
         life = self.lives.get(run_id)
         if life is None:
             return
@@ -386,6 +388,14 @@ class Adversary(RuleBasedStateMachine):
             named = step if choice == "again" else other
             payload = {"step": named, "idempotency_key": key}
             self._send(run_id, key_id, "step_started", payload=payload)
+            return
+        # success proposed at once, by a key allowed to: facts or no facts
+        for (state, event), edge in sorted(machine.edges.items()):
+            if state == life.state and edge.target in SUCCESS:
+                authorities = machine.events[event].authorities
+                allowed = [k for k, v in sorted(KEYS.items()) if v["authority"] in authorities]
+                self._send(run_id, allowed[0] if allowed else key_id, event)
+                return
 
     @rule(index=st.integers(0, 10_000), data=st.data())
     def resend_a_refused_one(self, index: int, data: st.DataObject) -> None:
@@ -702,6 +712,8 @@ class Adversary(RuleBasedStateMachine):
             life.continued_by = None
         if t.to_state in SUCCESS:
             assert not life.executing, f"{t.to_state} with steps executing: {life.executing}"
+            unmet = set(machine.spec.default_success_criteria) - set(snapshot.facts)
+            assert not unmet, f"{t.to_state} without its machine's success criteria {unmet}"
         if t.to_state in machine.terminal and t.from_state != t.to_state:
             life.finished_by = t.principal.authority
         if t.to_state in waits and t.from_state != t.to_state:
@@ -892,3 +904,34 @@ Adversary.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 test_the_contract_holds_against_any_key_holder = Adversary.TestCase
+
+
+@hypothesis.given(
+    machine=st.sampled_from(sorted(builtin_machines())),
+    criteria=st.none() | st.lists(st.sampled_from([*FACTS, "tests=pass"]), max_size=3),
+    key_id=st.sampled_from(sorted(KEYS)),
+)
+def test_no_creator_waives_what_its_machine_calls_success(
+    machine: str, criteria: list[str] | None, key_id: str
+) -> None:
+    """Whoever creates a run, with whatever success criteria: a run created holds its
+    machine's own among them, so it cannot succeed without the facts its machine calls
+    success (the oracle above holds every success to them)."""
+    options = {} if criteria is None else {"success_criteria": criteria}
+    body = {"run_id": "team-a-1", "proposal_id": "p", "event": "create"}
+    value = json.dumps({**body, "payload": {"machine": machine, "options": options}}).encode()
+    outcome = decide_record(
+        b"team-a-1",
+        value,
+        SIGNERS[key_id].headers(TOPICS.proposals, b"team-a-1", value, START_MS),
+        START_MS,
+        topic=TOPICS.proposals,
+        keyring=KEYRING,
+        machines=builtin_machines(),
+        lookup=lambda _: None,
+        seen=lambda _run, _proposal: None,
+        placement=None,
+    )
+    if isinstance(outcome, Commit):
+        own = builtin_machines()[machine].spec.default_success_criteria
+        assert set(own) <= set(outcome.snapshot.success_criteria), outcome.snapshot

@@ -151,6 +151,22 @@ def test_owned_run_completion_needs_success_criteria() -> None:
     assert "build=green" in refused.detail
 
 
+def test_a_run_adds_success_criteria_and_never_drops_its_machines() -> None:
+    for criteria in ([], ["tests=pass"]):
+        refused = Driver().refuse(
+            "create", payload={"machine": "owned_run", "options": {"success_criteria": criteria}}
+        )
+        assert refused.code is RejectionCode.LIMIT_EXCEEDED, refused
+        assert "build=green" in refused.detail, refused.detail
+    run = Driver()
+    run.create("owned_run", success_criteria=["tests=pass", "build=green"])
+    run.commit("run_started")
+    run.commit("tool_result", TOOL, payload={"fact": "build=green"})
+    assert "tests=pass" in run.refuse("run_completed").detail
+    run.commit("tool_result", TOOL, payload={"fact": "tests=pass"})
+    run.commit("run_completed")
+
+
 def test_owned_run_reasons_are_required_for_waiting_and_failed() -> None:
     run = Driver()
     run.create("owned_run")
