@@ -1098,11 +1098,13 @@ def _unripe_deadline(
     the proposal's time, or not armed for this run at all. A deadline is the processor's
     to propose once it falls due: a principal that may send the event cannot end an
     approval wait (or declare a run stale) early by saying the time is up."""
+    timeouts = machine.deadline_edges.get((edge.source, edge.event))
+    if timeouts is None:
+        return None
     claimed = {
         timeout.kind
-        for timeout in machine.spec.timeouts
-        if (timeout.state, timeout.event) == (edge.source, edge.event)
-        and (
+        for timeout in timeouts
+        if (
             (timeout.reason is not None and timeout.reason == proposal.reason)
             # An approval wait is left by a decision or its deadline: its deadline's edge
             # is the deadline's, unless the edge names other reasons to take it.

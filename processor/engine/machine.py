@@ -12,7 +12,14 @@ from pydantic import BaseModel
 
 from processor.engine.lint import CHECKPOINT_EVENT, HEARTBEAT_EVENT, LintIssue, lint
 from processor.engine.steps import STEP_PAYLOADS
-from schemas.machine import EventSpec, Guard, MachineSpec, RetryPolicy, TransitionSpec
+from schemas.machine import (
+    EventSpec,
+    Guard,
+    MachineSpec,
+    RetryPolicy,
+    TimeoutSpec,
+    TransitionSpec,
+)
 from schemas.messages import ApprovalPayload, CheckpointPayload, FactPayload
 
 
@@ -84,6 +91,10 @@ class Machine:
     #: Who decides approvals (the authorities of its `approval` events): a run one of
     #: them finished is not carried on by another run.
     approval_authorities: frozenset[str] = frozenset()
+    #: The deadlines (`timeouts`) by the edge they propose, (state, event): a proposal
+    #: on one of those edges is checked against them (`decide._unripe_deadline`); the
+    #: rest, most proposals, cost a dict lookup.
+    deadline_edges: Mapping[tuple[str, str], tuple[TimeoutSpec, ...]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -226,7 +237,16 @@ def compile_machine(spec: MachineSpec) -> Machine:
         approval_authorities=frozenset(
             a for e in spec.events.values() if e.approval is not None for a in e.authorities
         ),
+        deadline_edges=_deadline_edges(spec),
     )
+
+
+def _deadline_edges(spec: MachineSpec) -> dict[tuple[str, str], tuple[TimeoutSpec, ...]]:
+    edges: dict[tuple[str, str], tuple[TimeoutSpec, ...]] = {}
+    for timeout in spec.timeouts:
+        key = (timeout.state, timeout.event)
+        edges[key] = (*edges.get(key, ()), timeout)
+    return edges
 
 
 def _payload_model(event: EventSpec) -> type[BaseModel] | None:
