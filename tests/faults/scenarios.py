@@ -13,6 +13,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from processor.broker.launcher import start_broker
+from processor.broker.server import tail
 from processor.kafka.topic_creation import create_topics
 from processor.kafka.topic_plans import plan_topics
 from processor.kafka.topics import TopicNames
@@ -215,9 +216,18 @@ def broker_restart(tmp: Path, runtime: str, size: Size) -> Row:
             returns.append(time.time())
             return times
 
-        return run_scenario(
-            "broker stop and start", env, runtime, size, cluster, faults, returns=returns
-        )
+        try:
+            return run_scenario(
+                "broker stop and start", env, runtime, size, cluster, faults, returns=returns
+            )
+        except Exception as exc:
+            # The broker's own account goes with the failure: its data (and log) is
+            # deleted below.
+            raise AssertionError(
+                f"{exc!r}; the broker (pid {broker.pid}) is "
+                f"{'running' if broker.alive() else 'gone'}; its log ends with:\n"
+                f"{tail(Path(broker.log_path), 60)}"
+            ) from exc
     finally:
         broker.stop()
         shutil.rmtree(data, ignore_errors=True)
